@@ -1,0 +1,31 @@
+"""Decoder-only policy models: configs, pure forward, sharding, HF interop.
+
+Stable public API (other packages and external checks call these):
+
+    models.init(config, rng) -> params
+    models.apply(config, params, tokens[B, T], positions=None) -> logits[B, T, V]
+    models.load_pretrained(path, dtype=jnp.float32) -> (config, params)
+    models.save_pretrained(path, config, params)
+    models.load_tokenizer(path) -> Tokenizer
+    models.get_preset(name, **overrides) -> ModelConfig
+"""
+
+from models.config import PRESETS, ModelConfig, RopeScaling, from_config_section, get_preset
+from models.hf_io import load_pretrained, read_config, save_pretrained
+from models.params import init, param_axes, param_shapes, param_specs
+from models.safetensors_io import CheckpointError
+from models.transformer import apply, hidden_states, logits_from_hidden
+
+
+def load_tokenizer(path):
+    """Loads `tokenizer.json` or a SentencePiece `.model` from a local directory."""
+    from models.tokenizer import load_tokenizer as _load
+    return _load(path)
+
+
+__all__ = [
+    "CheckpointError", "ModelConfig", "PRESETS", "RopeScaling", "apply", "from_config_section",
+    "get_preset",
+    "hidden_states", "init", "load_pretrained", "load_tokenizer", "logits_from_hidden",
+    "param_axes", "param_shapes", "param_specs", "read_config", "save_pretrained",
+]

@@ -1,0 +1,119 @@
+"""Numerics of one decoder layer: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Every function here is pure and shape-polymorphic in the batch dims. The
+numerics follow Hugging Face `transformers` (the parity tests hold them to
+1e-4 in fp32): RMSNorm and softmax run in fp32, RoPE frequencies are computed
+in fp32 from integer exponents, and q/k RMSNorm (Qwen3) is applied per head
+before RoPE.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.config import ModelConfig
+
+NEG_INF = -1e30
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last axis. x: [..., D], scale: [D]; returns x.dtype."""
+    dtype = x.dtype
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return scale.astype(dtype) * x32.astype(dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> np.ndarray:
+    """Inverse RoPE frequencies [Dh/2] (fp32), with the configured scaling."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64)
+                                            .astype(np.float32) / dim))
+    inv_freq = inv_freq.astype(np.float32)
+    s = config.rope_scaling
+    if s is None or s.rope_type == "default":
+        return inv_freq
+    if s.rope_type == "linear":
+        return (inv_freq / s.factor).astype(np.float32)
+    # llama3: keep high frequencies, divide low ones, interpolate in between.
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = ((s.original_max_position_embeddings / wavelen - s.low_freq_factor)
+              / (s.high_freq_factor - s.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(config: ModelConfig, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """cos, sin tables [B, T, Dh] (fp32) for integer positions [B, T]."""
+    inv_freq = jnp.asarray(rope_inv_freq(config))
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate-half RoPE. x: [B, T, N, Dh]; cos/sin: [B, T, Dh]."""
+    dtype = x.dtype
+    cos = cos[:, :, None, :].astype(dtype)
+    sin = sin[:, :, None, :].astype(dtype)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
+                   sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Projects normalised hidden states to roped q [B,T,H,Dh], k, v [B,T,K,Dh]."""
+    dtype = config.compute_dtype
+    q = jnp.einsum("btd,dhk->bthk", x, p["q"].astype(dtype))
+    k = jnp.einsum("btd,dhk->bthk", x, p["k"].astype(dtype))
+    v = jnp.einsum("btd,dhk->bthk", x, p["v"].astype(dtype))
+    if config.qkv_bias:
+        q = q + p["q_bias"].astype(dtype)
+        k = k + p["k_bias"].astype(dtype)
+        v = v + p["v_bias"].astype(dtype)
+    if config.qk_norm:
+        q = rms_norm(q, p["q_norm"], config.rms_norm_eps)
+        k = rms_norm(k, p["k_norm"], config.rms_norm_eps)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query attention without repeating k/v.
+
+    q: [B, T, H, Dh]; k, v: [B, S, K, Dh]; mask: bool, broadcastable to
+    [B, T, S] (True = may attend). Returns [B, T, H, Dh] in q.dtype.
+    Softmax runs in fp32; fully masked rows return zeros.
+    """
+    b, t, h, dh = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, t, kv, h // kv, dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores * (dh ** -0.5)
+    mask = mask[:, None, None, :, :]
+    scores = jnp.where(mask, scores, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1)
+    probs = jnp.where(mask, probs, 0.0).astype(q.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, h, dh)
+
+
+def output_projection(config: ModelConfig, p: dict, attn: jax.Array) -> jax.Array:
+    """attn [B, T, H, Dh] -> [B, T, D]."""
+    return jnp.einsum("bthk,hkd->btd", attn, p["o"].astype(config.compute_dtype))
+
+
+def mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
+    """SwiGLU: down(silu(gate x) * up x). x: [B, T, D] -> [B, T, D]."""
+    dtype = config.compute_dtype
+    gate = jnp.einsum("btd,df->btf", x, p["gate"].astype(dtype))
+    up = jnp.einsum("btd,df->btf", x, p["up"].astype(dtype))
+    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"].astype(dtype))

@@ -1,0 +1,125 @@
+"""The decoder-only transformer as pure functions of a parameter pytree.
+
+`apply(config, params, tokens, positions)` is the stable public forward pass.
+It is jit-able with `config` static (the dataclass is hashable):
+
+    fwd = jax.jit(models.apply, static_argnums=0)
+    logits = fwd(config, params, tokens)            # [B, T, V] fp32
+
+Sharded execution needs nothing special: place the params with
+`models.sharding.shard_params` and the batch along `batch`; pass
+`sharding=models.sharding.ActivationSharding(mesh, rules)` to also pin the
+activations' layout (batch over `data`/`fsdp`) instead of leaving it to GSPMD
+propagation.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from models import layers
+from models.config import ModelConfig
+from models.sharding import ActivationSharding
+
+
+def _no_constraint(x, axes):
+    del axes
+    return x
+
+
+def causal_mask(tokens_len: int, segment_ids: jax.Array | None, batch: int) -> jax.Array:
+    """Bool mask [B, T, T]: causal, and within one non-zero segment if given."""
+    t = jnp.arange(tokens_len)
+    mask = (t[:, None] >= t[None, :])[None]
+    if segment_ids is None:
+        return jnp.broadcast_to(mask, (batch, tokens_len, tokens_len))
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    real = (segment_ids != 0)[:, :, None]
+    return mask & same & real
+
+
+def decoder_layer(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array, sin: jax.Array,
+                  mask: jax.Array, constrain=_no_constraint) -> jax.Array:
+    """One pre-norm block. x: [B, T, D] -> [B, T, D]."""
+    h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
+    q, k, v = layers.qkv_projection(config, p, h, cos, sin)
+    q = constrain(q, ("batch", "length", "heads", "head_dim"))
+    attn = layers.attention(q, k, v, mask)
+    x = x + constrain(layers.output_projection(config, p, attn), ("batch", "length", "embed"))
+    h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
+    return x + constrain(layers.mlp(config, p, h), ("batch", "length", "embed"))
+
+
+def _remat(fn, policy: str):
+    if policy == "none":
+        return fn
+    if policy == "full":
+        return jax.checkpoint(fn)
+    return jax.checkpoint(fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+
+
+def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array,
+                  positions: jax.Array | None = None, *, segment_ids: jax.Array | None = None,
+                  sharding: ActivationSharding | None = None) -> jax.Array:
+    """Final-norm hidden states [B, T, D] in the compute dtype (see `apply`)."""
+    chex.assert_rank(tokens, 2)
+    b, t = tokens.shape
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    chex.assert_shape(positions, (b, t))
+    if segment_ids is not None:
+        chex.assert_shape(segment_ids, (b, t))
+    constrain = sharding.constrain if sharding is not None else _no_constraint
+
+    dtype = config.compute_dtype
+    x = jnp.take(params["embed"], tokens, axis=0).astype(dtype)
+    x = constrain(x, ("batch", "length", "embed"))
+    cos, sin = layers.rope_tables(config, positions)
+    mask = causal_mask(t, segment_ids, b)
+
+    layer = _remat(functools.partial(decoder_layer, config, constrain=constrain), config.remat)
+    if config.scan_layers:
+        def body(carry, p):
+            return layer(p, carry, cos, sin, mask), None
+        x, _ = jax.lax.scan(body, x, params["layers"])
+    else:
+        for i in range(config.num_layers):
+            x = layer(jax.tree.map(lambda a: a[i], params["layers"]), x, cos, sin, mask)
+    return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps)
+
+
+def logits_from_hidden(config: ModelConfig, params: dict, x: jax.Array) -> jax.Array:
+    """Output projection [B, T, D] -> fp32 logits [B, T, V]."""
+    if config.tie_embeddings:
+        w = params["embed"].astype(x.dtype)
+        return jnp.einsum("btd,vd->btv", x, w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(x.dtype)
+    return jnp.einsum("btd,dv->btv", x, w, preferred_element_type=jnp.float32)
+
+
+def apply(config: ModelConfig, params: dict, tokens: jax.Array,
+          positions: jax.Array | None = None, *, segment_ids: jax.Array | None = None,
+          sharding: ActivationSharding | None = None) -> jax.Array:
+    """Forward pass: token ids [B, T] -> fp32 logits [B, T, V].
+
+    Args:
+      config: the architecture (static under jit).
+      params: pytree from `models.init` or `models.load_pretrained`.
+      tokens: int token ids [B, T].
+      positions: int RoPE positions [B, T]; defaults to `arange(T)` per row
+        (pass explicit positions for left-padded rows).
+      segment_ids: optional int [B, T]; a token attends only to earlier tokens
+        of the same non-zero segment (packing and padding; 0 = padding, whose
+        outputs are meaningless).
+      sharding: optional activation-sharding constraints.
+    """
+    x = hidden_states(config, params, tokens, positions, segment_ids=segment_ids,
+                      sharding=sharding)
+    logits = logits_from_hidden(config, params, x)
+    if sharding is not None:
+        logits = sharding.constrain(logits, ("batch", "length", "vocab"))
+    return logits

@@ -1,0 +1,16 @@
+"""Test session setup: 8 simulated CPU devices, fp32 matmuls, fixed seeds.
+
+XLA_FLAGS must be set before jax is imported anywhere, so it is done here at
+collection time. Single-device tests simply use device 0.
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
