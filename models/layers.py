@@ -86,24 +86,48 @@ def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
+ATTENTION_BLOCK = 128
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """Grouped-query attention without repeating k/v.
 
-    q: [B, T, H, Dh]; k, v: [B, S, K, Dh]; mask: bool, broadcastable to
-    [B, T, S] (True = may attend). Returns [B, T, H, Dh] in q.dtype.
-    Softmax runs in fp32; fully masked rows return zeros.
+    q: [B, T, H, Dh]; k, v: [B, S, K, Dh]; mask: bool [B, T, S] (True = may
+    attend). Returns [B, T, H, Dh] in q.dtype. Softmax runs in fp32. A row
+    with nothing to attend to (padding) returns an average of v: meaningless,
+    so callers must ignore padded positions.
     """
     b, t, h, dh = q.shape
     kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, dh)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    scores = scores * (dh ** -0.5)
-    mask = mask[:, None, None, :, :]
-    scores = jnp.where(mask, scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1)
-    probs = jnp.where(mask, probs, 0.0).astype(q.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, h, dh)
+    # Heads-major layout makes both products plain batched matmuls over
+    # [B, K] (measured ~2x faster on XLA:CPU than contracting in place).
+    qg = q.reshape(b, t, kv, h // kv, dh).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, Dh]
+    kt = k.transpose(0, 2, 1, 3)  # [B, K, S, Dh]
+    vt = v.transpose(0, 2, 1, 3)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", qg, kt, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask[:, None, None, :, :], scores * (dh ** -0.5), NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, vt)
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                     block: int = ATTENTION_BLOCK) -> jax.Array:
+    """`attention` for self-attention under a causal mask, skipping future blocks.
+
+    Queries are split into blocks of `block` rows; block i only scores keys
+    `[0, end_i)`, so the masked upper triangle is never computed (about half
+    the FLOPs and far less softmax traffic at long T). Shapes as `attention`
+    with S == T; `mask` must already be causal (it may add segment structure).
+    """
+    t = q.shape[1]
+    if t <= block:
+        return attention(q, k, v, mask)
+    outs = []
+    for start in range(0, t, block):
+        end = min(start + block, t)
+        outs.append(attention(q[:, start:end], k[:, :end], v[:, :end], mask[:, start:end, :end]))
+    return jnp.concatenate(outs, axis=1)
 
 
 def output_projection(config: ModelConfig, p: dict, attn: jax.Array) -> jax.Array:

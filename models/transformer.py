@@ -48,7 +48,7 @@ def decoder_layer(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array, si
     h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
     q, k, v = layers.qkv_projection(config, p, h, cos, sin)
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
-    attn = layers.attention(q, k, v, mask)
+    attn = layers.causal_attention(q, k, v, mask)
     x = x + constrain(layers.output_projection(config, p, attn), ("batch", "length", "embed"))
     h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
     return x + constrain(layers.mlp(config, p, h), ("batch", "length", "embed"))
