@@ -1,1 +1,1 @@
-"""launch package."""
+"""Thin absl + ml_collections entry points (`python -m launch.<name>`)."""

@@ -1,1 +1,5 @@
-"""rl package."""
+"""Learning: advantage estimators, policy losses, KL, rewards, learner, trainer.
+
+Lands with the algorithm-library and trainer issues; depends on `models` and
+`sampling`.
+"""

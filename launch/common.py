@@ -1,0 +1,89 @@
+"""Shared pieces of the absl entry points: config flag parsing with clean errors.
+
+`run(main)` is `absl.app.run` with a flags parser that turns a bad
+`--config...` flag into one line on stderr and exit status 2, before any
+compute. A key that does not exist is named with its full path and the keys
+that do exist at that level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from absl import app, flags
+
+
+def load_config_file(spec: str):
+    """Imports `path.py[:arg]` and returns its `get_config(arg)`."""
+    path, _, arg = spec.partition(":")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config file {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location("_launch_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
+    """Describes the first `--config.a.b=...` override whose key does not exist."""
+    spec = _config_spec(argv, flag)
+    if spec is None:
+        return None
+    config = load_config_file(spec)
+    for arg in argv:
+        if not arg.startswith(f"--{flag}."):
+            continue
+        key = arg[len(flag) + 3:].split("=", 1)[0]
+        node, walked = config, []
+        for part in key.split("."):
+            keys = list(node.keys()) if hasattr(node, "keys") else []
+            if part not in keys:
+                where = ".".join(walked) or "the config"
+                return (f"config key '{key}' does not exist ({where} has: "
+                        f"{', '.join(sorted(keys)) or 'no sub-keys'})")
+            node, walked = node[part], walked + [part]
+    return None
+
+
+def _config_spec(argv: Sequence[str], flag: str = "config") -> str | None:
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{flag}=")), None)
+
+
+def _flags_parser(argv: list[str]) -> list[str]:
+    spec = _config_spec(argv)
+    if spec is not None and not os.path.exists(spec.partition(":")[0]):
+        print(f"error: config file {spec.partition(':')[0]} does not exist", file=sys.stderr)
+        sys.exit(2)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        message = str(e)
+    except (AttributeError, KeyError, TypeError, ValueError, FileNotFoundError) as e:
+        try:
+            message = unknown_override(argv) or f"invalid config flag: {e}"
+        except Exception as inner:  # the config file itself is broken
+            message = f"cannot load config: {inner}"
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def default_config_path(name: str = "base.py") -> str:
+    """Path of a config file shipped in the `configs` package."""
+    import configs
+    return os.path.join(os.path.dirname(os.path.abspath(configs.__file__)), name)
+
+
+def run(main: Callable[[list[str]], None], default_config: str | None = None) -> None:
+    """`app.run(main)`; `--config=default_config` is added when no --config is given.
+
+    Entry points define their config flag without a default: config_flags
+    applies overrides eagerly when a default is set, which would bypass the
+    clean error path above.
+    """
+    if default_config and not any(a == "--config" or a.startswith("--config=")
+                                  for a in sys.argv[1:]):
+        sys.argv.insert(1, f"--config={default_config}")
+    app.run(main, flags_parser=_flags_parser)

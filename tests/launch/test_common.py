@@ -1,0 +1,41 @@
+"""Entry-point flag handling: bad config flags fail in one line, before compute."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _demo(*args, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, "-m", "launch.demo", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config.model.foo=1"], "error: config key 'model.foo' does not exist (model has: "),
+    (["--config=configs/base.py:small", "--config.mesh.rules.embedx=fsdp"],
+     "error: config key 'mesh.rules.embedx' does not exist"),
+    (["--config.nope.deeper=1"], "error: config key 'nope.deeper' does not exist (the config"),
+    (["--config.model.num_layers=four"], "error: flag --config.model.num_layers=four"),
+    (["--config=configs/missing.py"], "error: config file configs/missing.py does not exist"),
+])
+def test_bad_config_flags_fail_in_one_line(args, message):
+    result = _demo(*args, timeout=120)
+    assert result.returncode == 2
+    lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+    assert "model:" not in result.stdout  # nothing ran
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end():
+    result = _demo("--config.model.num_layers=2", "--new_tokens=4", "--batch=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "hugging face export round trip: exact" in result.stdout
+    assert result.stdout.strip().endswith("demo: ok")
