@@ -9,6 +9,7 @@ that do exist at that level.
 from __future__ import annotations
 
 import importlib.util
+import logging as pylogging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -83,6 +84,8 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     applies overrides eagerly when a default is set, which would bypass the
     clean error path above.
     """
+    # jax logs a failed TPU probe at INFO on every CPU/GPU start; it is not news.
+    pylogging.getLogger("jax._src.xla_bridge").setLevel(pylogging.WARNING)
     if default_config and not any(a == "--config" or a.startswith("--config=")
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 from models import params as params_lib
 from models import safetensors_io
@@ -174,20 +176,29 @@ def load_pretrained(path: str | os.PathLike, dtype=jnp.float32, *, mesh=None, ru
         shardings = sharding.param_shardings(config, mesh, rules)
     np_dtype = np.dtype(jnp.dtype(dtype))
     out: dict = {"layers": {}}
-    for key, names, shape, how in plan:
+    start, nbytes = time.perf_counter(), 0
+    for i, (key, names, shape, how) in enumerate(plan):
         if key[0] == "layers":
             arr = np.stack([_to_ours(weights[n].get(n), shape, how) for n in names])
         else:
             arr = _to_ours(weights[names[0]].get(names[0]), shape, how)
-        arr = arr.astype(np_dtype)
-        target = shardings
-        for k in key:
-            target = target[k] if target is not None else None
-        value = jax.device_put(arr, target) if target is not None else jnp.asarray(arr)
+        arr = arr.astype(np_dtype, copy=False)
+        nbytes += arr.nbytes
+        if shardings is None:
+            value = jnp.asarray(arr)
+        else:
+            target = shardings[key[0]] if len(key) == 1 else shardings["layers"][key[1]]
+            # Each process supplies only its own shards: correct on multi-host meshes.
+            value = jax.make_array_from_callback(arr.shape, target, lambda idx, a=arr: a[idx])
         if key[0] == "layers":
             out["layers"][key[1]] = value
         else:
             out[key[0]] = value
+        logging.log_every_n_seconds(
+            logging.INFO, "load_pretrained %s: %d/%d tensors, %.2f GB, %.1fs", 10, path,
+            i + 1, len(plan), nbytes / 1e9, time.perf_counter() - start)
+    logging.info("load_pretrained %s: %s %.2f GB in %.1fs", path, config.family, nbytes / 1e9,
+                 time.perf_counter() - start)
     return config, out
 
 

@@ -156,3 +156,20 @@ def test_save_rejects_params_of_another_config(tmp_path):
     with pytest.raises(ValueError, match="params do not match config"):
         models.save_pretrained(tmp_path, config.replace(num_layers=3), params)
     assert not (tmp_path / "config.json").exists()
+
+
+def test_benign_extras_are_accepted(tmp_path):
+    """Tied checkpoints may carry a redundant lm_head; old exports carry inv_freq."""
+    config = models.get_preset("tiny").replace(num_layers=1)
+    params = models.init(config, jax.random.key(0))
+    models.save_pretrained(tmp_path, config, params)
+    embed = np.asarray(params["embed"])
+    _rewrite_weights(tmp_path, lambda t: t.update({
+        "lm_head.weight": embed,
+        "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(32, np.float32)}))
+    _, loaded = models.load_pretrained(tmp_path)
+    np.testing.assert_array_equal(loaded["embed"], embed)
+    _edit_config(tmp_path, tie_word_embeddings=False)  # now lm_head is required and used
+    untied_config, untied = models.load_pretrained(tmp_path)
+    assert not untied_config.tie_embeddings
+    np.testing.assert_array_equal(untied["lm_head"], embed.T)
