@@ -53,9 +53,7 @@ def main(argv):
     del argv
     cfg = _CONFIG.value
     config = models.from_config_section(cfg.model)
-    mesh = sharding.make_mesh(dict(cfg.mesh.data and {"data": cfg.mesh.data},
-                                   fsdp=cfg.mesh.fsdp, tensor=cfg.mesh.tensor))
-    rules = sharding.make_rules(dict(cfg.mesh.rules))
+    mesh, rules = sharding.from_config_section(cfg.mesh)
     print(f"model: {cfg.model.hf_path or cfg.model.preset} ({config.family}, "
           f"{config.num_params() / 1e6:.2f}M params, {config.dtype})")
     print(f"mesh: {dict(mesh.shape)} on {jax.device_count()} {jax.devices()[0].platform} device(s)")

@@ -198,12 +198,6 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
 
 
 
-_SECTION_KEYS = {"preset", "hf_path", "dtype", "param_dtype", "scan_layers", "remat",
-                 "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                 "head_dim", "mlp_dim", "rope_theta", "rms_norm_eps", "tie_embeddings",
-                 "max_position_embeddings"}
-
-
 def from_config_section(section: Any) -> ModelConfig:
     """`ModelConfig` from a `config.model` section (a ConfigDict or mapping).
 
@@ -211,7 +205,7 @@ def from_config_section(section: Any) -> ModelConfig:
     the architecture; keys set to anything but None override it.
     """
     values = dict(section.items()) if hasattr(section, "items") else dict(section)
-    unknown = set(values) - _SECTION_KEYS
+    unknown = set(values) - {"preset", "hf_path"} - {f.name for f in dataclasses.fields(ModelConfig)}
     if unknown:
         raise KeyError(f"unknown key(s) in the model config section: {sorted(unknown)}")
     if values.get("hf_path"):

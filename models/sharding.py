@@ -106,6 +106,14 @@ def make_mesh(shape: Sequence[int] | Mapping[str, int] = (-1, 1, 1),
     return Mesh(grid, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
 
 
+def from_config_section(section: Any) -> tuple[Mesh, Rules]:
+    """`(mesh, rules)` from a `config.mesh` section: data/fsdp/tensor sizes + `rules`."""
+    values = dict(section.items()) if hasattr(section, "items") else dict(section)
+    rules = values.pop("rules", None) or {}
+    rules = dict(rules.items()) if hasattr(rules, "items") else dict(rules)
+    return make_mesh(values), make_rules(rules)
+
+
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
                     rules: Rules, name: str = "") -> PartitionSpec:
     """PartitionSpec for an array of `shape` whose dims carry logical `axes`."""

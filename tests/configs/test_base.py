@@ -37,4 +37,10 @@ def test_architecture_placeholders_take_typed_overrides():
 def test_sharding_rules_mirror_the_model_defaults():
     """configs may not import models, so its copy of the rules is checked here."""
     cfg = base.get_config()
-    assert sharding.make_rules(dict(cfg.mesh.rules)) == sharding.make_rules()
+    mesh, rules = sharding.from_config_section(cfg.mesh)
+    assert rules == sharding.make_rules()
+    assert dict(mesh.shape) == {"data": 8, "fsdp": 1, "tensor": 1}  # -1 = all devices
+    cfg.mesh.data, cfg.mesh.tensor, cfg.mesh.rules.embed = 2, 4, ""
+    mesh, rules = sharding.from_config_section(cfg.mesh)
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 4}
+    assert dict(rules)["embed"] == ()
