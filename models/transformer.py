@@ -76,7 +76,10 @@ def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array,
     constrain = sharding.constrain if sharding is not None else _no_constraint
 
     dtype = config.compute_dtype
-    x = jnp.take(params["embed"], tokens, axis=0).astype(dtype)
+    # FSDP semantics: gather the table's `embed` shards at use (vocab may stay
+    # split over `tensor`), so the lookup lands directly in the batch layout.
+    table = constrain(params["embed"], ("vocab", None))
+    x = jnp.take(table, tokens, axis=0).astype(dtype)
     x = constrain(x, ("batch", "length", "embed"))
     cos, sin = layers.rope_tables(config, positions)
     mask = causal_mask(t, segment_ids, b)
