@@ -87,6 +87,7 @@ def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
 
 
 ATTENTION_BLOCK = 128
+MAX_ATTENTION_BLOCKS = 16  # bounds the unrolled block count (compile time) at long T
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -117,10 +118,13 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
     Queries are split into blocks of `block` rows; block i only scores keys
     `[0, end_i)`, so the masked upper triangle is never computed (about half
-    the FLOPs and far less softmax traffic at long T). Shapes as `attention`
-    with S == T; `mask` must already be causal (it may add segment structure).
+    the FLOPs and far less softmax traffic at long T). Blocks grow beyond
+    `block` when T needs more than MAX_ATTENTION_BLOCKS of them. Shapes as
+    `attention` with S == T; `mask` must already be causal (it may add segment
+    structure).
     """
     t = q.shape[1]
+    block = max(block, -(-t // MAX_ATTENTION_BLOCKS))
     if t <= block:
         return attention(q, k, v, mask)
     outs = []

@@ -33,6 +33,17 @@ def test_logits_match_transformers(family, tmp_path):
     np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_long_sequence_parity_exercises_blocked_attention(family, tmp_path):
+    """T=300 > ATTENTION_BLOCK: the blocked causal path matches transformers too."""
+    hf = random_hf_model(family, seed=2)
+    hf.save_pretrained(tmp_path)
+    config, params = models.load_pretrained(tmp_path)
+    tokens = _tokens(config.vocab_size, shape=(1, 300), seed=5)
+    ours = np.asarray(_fwd(config, params, jnp.asarray(tokens)))
+    np.testing.assert_allclose(ours, hf_logits(hf, tokens), atol=1e-4, rtol=0)
+
+
 def test_llama3_rope_scaling_is_exercised(tmp_path):
     """Dropping the llama3 scaling must change logits (else parity proves nothing)."""
     hf = random_hf_model("llama")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import models
-from models import layers
+from models import layers, transformer
 
 _fwd = jax.jit(models.apply, static_argnums=0)
 
@@ -115,3 +115,18 @@ def test_gqa_equals_repeated_kv_attention():
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     np.testing.assert_allclose(out, np.einsum("bhts,bshd->bthd", p, vr), atol=1e-5)
+
+
+@pytest.mark.parametrize("t,block", [(300, 128), (300, 64), (129, 128), (2100, 128)])
+def test_blocked_causal_attention_equals_full(t, block):
+    """Skipping future key blocks changes nothing, with packed segments too."""
+    rng = np.random.RandomState(t)
+    q = jnp.asarray(rng.randn(2, t, 4, 16), jnp.float32)
+    k = jnp.asarray(rng.randn(2, t, 2, 16), jnp.float32)
+    v = jnp.asarray(rng.randn(2, t, 2, 16), jnp.float32)
+    seg = jnp.asarray(np.sort(rng.randint(1, 4, (2, t)), axis=1))
+    mask = np.asarray(transformer.causal_mask(t, seg, 2))
+    full = layers.attention(q, k, v, jnp.asarray(mask))
+    blocked = jax.jit(layers.causal_attention, static_argnums=4)(q, k, v, jnp.asarray(mask),
+                                                                 block)
+    np.testing.assert_allclose(np.asarray(blocked), np.asarray(full), atol=1e-5)
