@@ -6,23 +6,7 @@ import jinja2
 import pytest
 
 from models.tokenizer import HFTokenizer, Tokenizer, load_tokenizer
-from tests.models.tokenizer_helpers import (  # noqa: F401  (fixtures are used by name)
-    CHATML,
-    CONVERSATIONS,
-    PAD_ADDED_TOKEN,
-    SPECIALS,
-    TEXTS,
-    WORDS,
-    _write_json,
-    auto_tokenizer,
-    bpe_json,
-    chatml_dir,
-    chatml_jinja_dir,
-    ids_of,
-    make_hf_dir,
-    sp_bytes,
-    train_sp,
-)
+from tests.models.tokenizer_helpers import CONVERSATIONS, SPECIALS, TEXTS, WORDS, ids_of, make_hf_dir
 
 
 def test_hf_backend_basics(chatml_dir, auto_tokenizer):

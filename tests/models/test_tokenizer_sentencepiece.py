@@ -4,23 +4,7 @@
 import pytest
 
 from models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tokenizer
-from tests.models.tokenizer_helpers import (  # noqa: F401  (fixtures are used by name)
-    CHATML,
-    CONVERSATIONS,
-    PAD_ADDED_TOKEN,
-    SPECIALS,
-    TEXTS,
-    WORDS,
-    _write_json,
-    auto_tokenizer,
-    bpe_json,
-    chatml_dir,
-    chatml_jinja_dir,
-    ids_of,
-    make_hf_dir,
-    sp_bytes,
-    train_sp,
-)
+from tests.models.tokenizer_helpers import TEXTS, _write_json, make_hf_dir, train_sp
 
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])

@@ -1,4 +1,4 @@
-"""Tokenizers trained on the fly, and fixtures shared by the tokenizer tests.
+"""Tokenizers trained on the fly for the tokenizer tests (fixtures: conftest.py).
 
 Every tokenizer is built in the test from generated text (no network, no downloaded files). The HF backend
 is checked id-for-id and string-for-string against ``transformers.AutoTokenizer`` on the same directory;
@@ -21,14 +21,19 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
 WORDS = (
     "the quick brown fox jumps over lazy dog hello world policy reward model token gradient café naïve "
     "東京 数字 ελληνικά 0 1 2 3 42 1234 3.14 !? , ."
 ).split()
 
 # AddedToken-style dict, as transformers serialises it in tokenizer_config.json.
+
+
 PAD_ADDED_TOKEN = {"__type": "AddedToken", "content": "<|endoftext|>", "lstrip": False, "normalized": False,
                    "rstrip": False, "single_word": False, "special": True}
+
 
 CHATML = (
     "{%- if tools %}"
@@ -54,6 +59,7 @@ CHATML = (
     "{%- endif %}\n"
 )
 
+
 TEXTS = [
     "",
     " ",
@@ -77,6 +83,7 @@ TEXTS = [
     "the quick brown fox jumps over the lazy dog",
 ]
 
+
 CONVERSATIONS = [
     [{"role": "user", "content": "hello"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
@@ -91,29 +98,6 @@ CONVERSATIONS = [
 
 
 # ----------------------------------------------------------------------------- fixtures / builders
-
-
-@pytest.fixture(scope="module")
-def bpe_json(tmp_path_factory) -> Path:
-    """A tiny byte-level BPE trained on generated sentences, saved as tokenizer.json."""
-    from tokenizers import Tokenizer as RawTokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    rng = random.Random(0)
-    sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10))) for _ in range(50)]
-    tok = RawTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(sentences, trainer)
-    path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"
-    tok.save(str(path))
-    return path
 
 
 def _write_json(path: Path, obj: object) -> None:
@@ -140,34 +124,6 @@ def ids_of(tokenizer_json: Path, *tokens: str) -> list[int]:
     return [added.get(t, vocab.get(t)) for t in tokens]
 
 
-@pytest.fixture(scope="module")
-def chatml_dir(tmp_path_factory, bpe_json) -> Path:
-    im_end, eot = ids_of(bpe_json, "<|im_end|>", "<|endoftext|>")
-    return make_hf_dir(
-        tmp_path_factory.mktemp("chatml"),
-        bpe_json,
-        {"eos_token": "<|im_end|>", "pad_token": PAD_ADDED_TOKEN, "chat_template": CHATML},
-        generation_config__json={"eos_token_id": [im_end, eot], "pad_token_id": eot},
-    )
-
-
-@pytest.fixture(scope="module")
-def chatml_jinja_dir(tmp_path_factory, bpe_json) -> Path:
-    """Template only in chat_template.jinja; tokenizer_config holds a decoy that must lose."""
-    return make_hf_dir(
-        tmp_path_factory.mktemp("chatml_jinja"),
-        bpe_json,
-        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "chat_template": "DECOY {{ messages }}"},
-        chat_template__jinja=CHATML,
-    )
-
-
-@pytest.fixture(scope="module")
-def auto_tokenizer():
-    transformers = pytest.importorskip("transformers")
-    return lambda path: transformers.AutoTokenizer.from_pretrained(str(path))
-
-
 def train_sp(model_type: str = "bpe", vocab_size: int = 100, **kwargs: object) -> bytes:
     spm = pytest.importorskip("sentencepiece")
     rng = random.Random(1)
@@ -183,13 +139,3 @@ def train_sp(model_type: str = "bpe", vocab_size: int = 100, **kwargs: object) -
         **kwargs,
     )
     return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def sp_bytes() -> bytes:
-    return train_sp("bpe", pad_id=3, control_symbols=["<ctl>"])
-
-
-# ----------------------------------------------------------------------------- HF backend vs transformers
-
-
