@@ -28,6 +28,16 @@ def load_config_file(spec: str):
     return module.get_config(arg) if arg else module.get_config()
 
 
+def _config_spec(argv: Sequence[str], flag: str = "config") -> str | None:
+    """The value of `--config=X` or `--config X` in argv, if given."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{flag}" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
     """Describes the first `--config.a.b=...` override whose key does not exist."""
     spec = _config_spec(argv, flag)
@@ -47,10 +57,6 @@ def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
                         f"{', '.join(sorted(keys)) or 'no sub-keys'})")
             node, walked = node[part], walked + [part]
     return None
-
-
-def _config_spec(argv: Sequence[str], flag: str = "config") -> str | None:
-    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{flag}=")), None)
 
 
 def _flags_parser(argv: list[str]) -> list[str]:

@@ -195,7 +195,9 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
     return PRESETS[name].replace(**overrides)
 
 
-
+def as_dict(section: Any) -> dict:
+    """A config section (ConfigDict or any mapping) as a plain dict (one level)."""
+    return dict(section.items()) if hasattr(section, "items") else dict(section)
 
 
 def from_config_section(section: Any) -> ModelConfig:
@@ -204,8 +206,9 @@ def from_config_section(section: Any) -> ModelConfig:
     The preset (or, when `hf_path` is set, that checkpoint's config.json) gives
     the architecture; keys set to anything but None override it.
     """
-    values = dict(section.items()) if hasattr(section, "items") else dict(section)
-    unknown = set(values) - {"preset", "hf_path"} - {f.name for f in dataclasses.fields(ModelConfig)}
+    values = as_dict(section)
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = set(values) - {"preset", "hf_path"} - fields
     if unknown:
         raise KeyError(f"unknown key(s) in the model config section: {sorted(unknown)}")
     if values.get("hf_path"):

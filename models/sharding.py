@@ -32,7 +32,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models import params as params_lib
-from models.config import ModelConfig
+from models.config import ModelConfig, as_dict
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -108,10 +108,8 @@ def make_mesh(shape: Sequence[int] | Mapping[str, int] = (-1, 1, 1),
 
 def from_config_section(section: Any) -> tuple[Mesh, Rules]:
     """`(mesh, rules)` from a `config.mesh` section: data/fsdp/tensor sizes + `rules`."""
-    values = dict(section.items()) if hasattr(section, "items") else dict(section)
-    rules = values.pop("rules", None) or {}
-    rules = dict(rules.items()) if hasattr(rules, "items") else dict(rules)
-    return make_mesh(values), make_rules(rules)
+    values = as_dict(section)
+    return make_mesh(values), make_rules(as_dict(values.pop("rules", None) or {}))
 
 
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
