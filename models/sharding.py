@@ -109,7 +109,8 @@ def make_mesh(shape: Sequence[int] | Mapping[str, int] = (-1, 1, 1),
 def from_config_section(section: Any) -> tuple[Mesh, Rules]:
     """`(mesh, rules)` from a `config.mesh` section: data/fsdp/tensor sizes + `rules`."""
     values = as_dict(section)
-    return make_mesh(values), make_rules(as_dict(values.pop("rules", None) or {}))
+    rules = make_rules(as_dict(values.pop("rules", None) or {}))
+    return make_mesh(values), rules
 
 
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
