@@ -1,13 +1,13 @@
 """Installs the packages models, sampling, rl, launch and configs."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="rlvr-jax",
     version="0.1.0",
     description="JAX-native RL post-training of language models with verifiable rewards",
     python_requires=">=3.11",
-    packages=["models", "sampling", "rl", "launch", "configs"],
+    packages=find_packages(include=["models*", "sampling*", "rl*", "launch*", "configs*"]),
     install_requires=[
         "jax>=0.9",
         "flax>=0.12",
@@ -25,6 +25,7 @@ setup(
         "numpy>=2.0",
         "absl-py>=2.1",
         "jinja2>=3.1",
+        "sympy>=1.12",
     ],
     extras_require={
         # torch is the CPU build, installed from a local wheel or the CPU index;

@@ -1,4 +1,4 @@
-"""Base config: the `model` and `mesh` sections every entry point shares.
+"""Base config: the `model`, `mesh` and `rl` sections every entry point shares.
 
     python -m launch.<entry> --config=configs/base.py:small \
         --config.model.dtype=bfloat16 --config.mesh.fsdp=4
@@ -24,6 +24,18 @@ mesh:
   rules.<logical axis>  comma-separated mesh axes for each logical axis
                 (batch, length, embed, mlp, heads, kv_heads, head_dim, vocab,
                 layers, norm); "" keeps that axis replicated.
+rl:             the algorithm (docs/algorithms.md has every name and option).
+  advantage.name   estimator (rl.advantages.names()); the other keys are its
+                   options, None = the estimator's default. Setting an option
+                   the chosen estimator does not take is an error.
+  loss.name        policy loss (rl.losses.names()), plus `agg`, `norm_length`,
+                   `tis_cap`, `tis_mode`, `entropy_coef` and the loss's options
+                   (eps_low, eps_high, dual_clip, delta_*, keep_prob, mode).
+  kl.kind, kl.coef, kl.clamp   KL to the reference (k1|k2|k3); coef 0 = none;
+                   kl.in_reward puts it in the reward instead of the loss.
+  reweight.name    "" or a token reweighter (fipo, logp_reweight,
+                   divergence_weighted, delta_logp_mask) and its options.
+  reward.name      verifier (rl.rewards.names()) and its options.
 """
 
 import ml_collections
@@ -64,11 +76,40 @@ def mesh_section() -> ml_collections.ConfigDict:
     return mesh
 
 
+def _options(**types) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        {name: config_dict.placeholder(kind) for name, kind in types.items()})
+
+
+def rl_section() -> ml_collections.ConfigDict:
+    """Algorithm choice by name; None-valued options keep each component's default."""
+    rl = ml_collections.ConfigDict()
+    rl.advantage = _options(eps=float, ddof=int, std_scope=str, baseline=bool, gamma=float,
+                            scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool)
+    rl.advantage.name = "grpo"
+    rl.loss = _options(agg=str, norm_length=float, tis_cap=float, tis_mode=str,
+                       eps_low=float, eps_high=float, dual_clip=float, delta_low=float,
+                       delta_high=float, keep_prob=float, mode=str)
+    rl.loss.name = "ppo"
+    rl.loss.entropy_coef = 0.0
+    rl.kl = ml_collections.ConfigDict(
+        {"kind": "k3", "coef": 0.0, "clamp": config_dict.placeholder(float),
+         "in_reward": False})
+    rl.reweight = _options(c=float, form=str, gamma=float, clip_low=float, clip_high=float,
+                           high_only=bool, neg_ratio_cap=float, alpha=float, fraction=float)
+    rl.reweight.name = ""
+    rl.reward = _options(require_all=bool, format_score=float, timeout_s=float,
+                         use_sympy=bool, pattern=str, max_chars=int)
+    rl.reward.name = "countdown"
+    return rl
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """Returns the locked base config; `arg` is an optional model preset name."""
     config = ml_collections.ConfigDict()
     config.model = model_section(arg or "tiny")
     config.mesh = mesh_section()
+    config.rl = rl_section()
     config.seed = 0
     config.lock()
     return config

@@ -1,0 +1,85 @@
+"""TreePO tree advantage: per-depth subgroup baselines, averaged, then whitened.
+
+A leaf i of a sampled tree has a path of branch ids `paths[i, :depth_i]`
+(the branch taken at each depth below the prompt; -1 pads past the leaf's
+depth). For depth d, G_d(i) is the set of leaves of the same prompt with
+depth >= d that share the first d branch ids (G_0 is the prompt's group).
+
+    a_{i,d} = R_i - mean(R over G_d(i))
+    A_i     = mean over the used depths of a_{i,d}          (depth_weighting="average")
+            or sum_d |G_d| a_{i,d} / sum_d |G_d|             (depth_weighting="size")
+    used depths: d = 0 always; d > 0 only when |G_d(i)| > 1, and, with
+    skip_zero_std, only when the rewards in G_d(i) are not all equal.
+
+Finally A is whitened over the batch (`whiten=True`): over valid samples, or
+over valid response tokens when a mask [N, T] is given (TreePO whitens tokens,
+so longer responses weigh more). With no branching (all paths -1) the result is
+the group-mean baseline, i.e. `reinforce_pp_baseline` (or `dr_grpo` unwhitened).
+
+Subgroups are found by one lexicographic sort over (group, path) and a
+boundary cumsum per depth: O(N log N + N·D), no Python loop over samples.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rl import ops
+from rl.advantages import register
+
+
+def subgroup_index(index: jax.Array, paths: jax.Array, depth: int) -> tuple[jax.Array, jax.Array]:
+    """Dense subgroup id of each leaf at `depth` and whether the leaf reaches it.
+
+    Args:
+      index: [N] dense group index.
+      paths: [N, D] int branch ids, -1 past each leaf's depth.
+      depth: d in [0, D].
+
+    Returns:
+      ([N] int subgroup id in [0, N), [N] bool leaf depth >= d).
+    """
+    n = index.shape[0]
+    reaches = jnp.ones(n, bool) if depth == 0 else paths[:, depth - 1] >= 0
+    keys = [paths[:, k] for k in reversed(range(depth))] + [index, ~reaches]
+    order = jnp.lexsort(keys)  # last key is primary: non-reaching leaves last
+    changed = jnp.zeros(n, bool).at[0].set(True)
+    for key in keys:
+        sorted_key = key[order]
+        changed = changed | jnp.concatenate(
+            [jnp.ones(1, bool), sorted_key[1:] != sorted_key[:-1]])
+    sorted_id = jnp.cumsum(changed) - 1
+    return jnp.zeros(n, sorted_id.dtype).at[order].set(sorted_id), reaches
+
+
+@register("tree")
+def tree(rewards, index, valid, *, paths, mask=None, depth_weighting: str = "average",
+         skip_zero_std: bool = False, whiten: bool = True, eps: float = 1e-6) -> jax.Array:
+    """TreePO advantage (see module docstring). `paths` [N, D] int, -1 padded."""
+    paths = jnp.asarray(paths)
+    chex.assert_rank(paths, 2)
+    chex.assert_equal_shape_prefix([paths, rewards], 1)
+    if depth_weighting not in ("average", "size"):
+        raise ValueError(f"depth_weighting must be 'average' or 'size', got {depth_weighting!r}")
+    total = jnp.zeros_like(rewards)
+    weight = jnp.zeros_like(rewards)
+    for depth in range(paths.shape[1] + 1):  # static loop over tree depth
+        sub, reaches = subgroup_index(index, paths, depth)
+        member = valid & reaches
+        count, mean, std = ops.group_moments(rewards, sub, member)
+        used = member if depth == 0 else member & (count > 1)
+        if skip_zero_std and depth > 0:
+            used = used & (std > 0)
+        w = jnp.ones_like(rewards) if depth_weighting == "average" else count
+        total = total + jnp.where(used, w * (rewards - mean), 0.0)
+        weight = weight + jnp.where(used, w, 0.0)
+    adv = jnp.where(valid, total / jnp.maximum(weight, 1e-12), 0.0)
+    if mask is None:
+        return ops.masked_whiten(adv, valid, eps) if whiten else adv
+    mask = jnp.asarray(mask).astype(bool) & valid[:, None]
+    chex.assert_rank(mask, 2)
+    chex.assert_equal_shape_prefix([mask, adv], 1)
+    tokens = jnp.where(mask, adv[:, None], 0.0)
+    return ops.masked_whiten(tokens, mask, eps) if whiten else tokens

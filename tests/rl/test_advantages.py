@@ -1,0 +1,256 @@
+"""Advantage estimators against NumPy references written from the formulas."""
+
+import collections
+
+import jax
+import numpy as np
+import pytest
+
+from rl import advantages
+from rl.registry import RegistryError
+
+
+def _groups(group_ids, valid):
+    members = collections.defaultdict(list)
+    for i, (g, v) in enumerate(zip(group_ids, valid)):
+        if v:
+            members[int(g)].append(i)
+    return members
+
+
+def ref_grpo(r, g, valid, eps=1e-6, ddof=1, scale=True):
+    out = np.zeros(len(r))
+    for idx in _groups(g, valid).values():
+        x = r[idx]
+        std = np.std(x, ddof=ddof) if len(x) > ddof else 0.0
+        out[idx] = (x - x.mean()) / (std + eps) if scale else x - x.mean()
+    return out
+
+
+def ref_rloo(r, g, valid):
+    out = np.zeros(len(r))
+    for idx in _groups(g, valid).values():
+        for i in idx:
+            others = [r[j] for j in idx if j != i]
+            out[i] = r[i] - np.mean(others) if others else 0.0
+    return out
+
+
+def ref_whiten(x, sel, eps=1e-6):
+    v = x[sel]
+    out = np.zeros_like(x)
+    out[sel] = (v - v.mean()) / (np.std(v) + eps)
+    return out
+
+
+def ref_mc_grpo(r, g, valid, eps=1e-6, scale=True):
+    out, keep = np.zeros(len(r)), np.array(valid, bool)
+    for idx in _groups(g, valid).values():
+        order = sorted(idx, key=lambda i: (r[i], i))
+        pivot = order[(len(order) - 1) // 2]
+        median = r[pivot]
+        std = np.std(r[idx], ddof=1) if len(idx) > 1 else 0.0
+        for i in idx:
+            out[i] = (r[i] - median) / (std + eps) if scale else r[i] - median
+        out[pivot], keep[pivot] = 0.0, False
+    return out, keep
+
+
+def random_batch(seed, groups=4, size=5, binary=True):
+    rng = np.random.default_rng(seed)
+    n = groups * size
+    r = rng.integers(0, 2, n).astype(np.float64) if binary else rng.normal(size=n)
+    g = rng.permutation(np.repeat(rng.choice(1000, groups, replace=False), size))
+    valid = rng.random(n) > 0.15
+    # a zero-variance group and a singleton group
+    r[g == g[0]] = 1.0
+    valid[np.flatnonzero(g == g[1])[1:]] = False
+    return r, g, valid
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("binary", [True, False])
+def test_group_estimators_match_reference(seed, binary):
+    r, g, valid = random_batch(seed, binary=binary)
+    got = lambda name, **kw: np.asarray(advantages.compute(name, r, g, valid=valid, **kw))
+    np.testing.assert_allclose(got("grpo"), ref_grpo(r, g, valid), atol=1e-5)
+    np.testing.assert_allclose(got("grpo", ddof=0, eps=1e-3),
+                               ref_grpo(r, g, valid, eps=1e-3, ddof=0), atol=1e-5)
+    np.testing.assert_allclose(got("dr_grpo"), ref_grpo(r, g, valid, scale=False), atol=1e-6)
+    np.testing.assert_allclose(got("rloo"), ref_rloo(r, g, valid), atol=1e-6)
+    np.testing.assert_allclose(got("reinforce_pp"), ref_whiten(r, valid), atol=1e-5)
+    np.testing.assert_allclose(got("reinforce_pp_baseline"),
+                               ref_whiten(ref_grpo(r, g, valid, scale=False), valid), atol=1e-5)
+    mc, keep = ref_mc_grpo(r, g, valid)
+    np.testing.assert_allclose(got("mc_grpo"), mc, atol=1e-5)
+    np.testing.assert_allclose(got("mc_grpo", scale="none"),
+                               ref_mc_grpo(r, g, valid, scale=False)[0], atol=1e-6)
+    np.testing.assert_array_equal(advantages.gradient_mask("mc_grpo", r, g, valid=valid), keep)
+    np.testing.assert_array_equal(advantages.gradient_mask("grpo", r, g, valid=valid), valid)
+
+
+def test_grpo_batch_std_scope():
+    r, g, valid = random_batch(7, binary=False)
+    got = advantages.compute("grpo", r, g, valid=valid, std_scope="batch")
+    want = np.where(valid, ref_grpo(r, g, valid, scale=False) / (np.std(r[valid], ddof=1) + 1e-6), 0)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_zero_variance_and_singleton_groups_give_zero():
+    r = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 5.0])
+    g = np.array([0, 0, 0, 1, 1, 2])
+    for name in ["grpo", "dr_grpo", "rloo", "mc_grpo"]:
+        np.testing.assert_array_equal(advantages.compute(name, r, g), 0.0, err_msg=name)
+
+
+def test_invalid_samples_do_not_change_valid_ones():
+    r, g, valid = random_batch(3)
+    for name in ["grpo", "rloo", "mc_grpo", "reinforce_pp_baseline"]:
+        a = advantages.compute(name, r, g, valid=valid)
+        r2 = np.where(valid, r, 123.0)  # garbage rewards on invalid samples
+        b = advantages.compute(name, r2, g, valid=valid)
+        np.testing.assert_allclose(a, b, atol=1e-6, err_msg=name)
+        assert np.all(np.asarray(a)[~valid] == 0.0)
+
+
+def test_mc_grpo_median_over_g_plus_one():
+    # G = 4 gradient samples + 1 pivot per group; the median of 5 binary
+    # rewards is the majority value and exactly one sample is the pivot.
+    rng = np.random.default_rng(0)
+    r = rng.integers(0, 2, 40).astype(float)
+    g = np.repeat(np.arange(8), 5)
+    keep = np.asarray(advantages.gradient_mask("mc_grpo", r, g))
+    assert np.all(keep.reshape(8, 5).sum(1) == 4)
+    adv = np.asarray(advantages.compute("mc_grpo", r, g, scale="none")).reshape(8, 5)
+    for k in range(8):
+        median = np.median(r[g == k])
+        np.testing.assert_allclose(adv[k][keep.reshape(8, 5)[k]],
+                                   (r[g == k] - median)[keep.reshape(8, 5)[k]])
+
+
+def ref_reinforce_tokens(score, mask, token_rewards, gamma, eps=1e-6):
+    n, t = mask.shape
+    returns = np.zeros((n, t))
+    for i in range(n):
+        length = int(mask[i].sum())
+        rew = np.where(mask[i], token_rewards[i], 0.0)
+        if length:
+            rew[length - 1] += score[i]
+        for s in range(t):
+            returns[i, s] = sum(gamma ** (k - s) * rew[k] for k in range(s, t))
+    return ref_whiten(returns, mask.astype(bool), eps)
+
+
+@pytest.mark.parametrize("baseline", [False, True])
+def test_reinforce_pp_token_level(baseline):
+    rng = np.random.default_rng(1)
+    r, g, valid = random_batch(2)
+    n, t = len(r), 7
+    lengths = rng.integers(0, t + 1, n)
+    lengths[0], lengths[1] = 1, 0  # a length-1 and an all-masked response
+    mask = np.arange(t)[None] < lengths[:, None]
+    kl_rewards = -0.05 * rng.random((n, t))
+    got = advantages.compute("reinforce_pp", r, g, valid=valid, mask=mask,
+                             token_rewards=kl_rewards, gamma=0.9, baseline=baseline)
+    score = ref_grpo(r, g, valid, scale=False) if baseline else r
+    want = ref_reinforce_tokens(score, mask & valid[:, None], kl_rewards, 0.9)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.all(np.asarray(got)[~mask] == 0.0)
+
+
+def ref_tree(r, g, paths, valid, weighting="average", skip_zero_std=False, whiten=True):
+    """TreePO: per-depth prefix subgroups by string keys, like the authors' ids."""
+    keys = ["#".join([str(int(g[i]))] + [str(b) for b in paths[i] if b >= 0])
+            for i in range(len(r))]
+    depth = [k.count("#") for k in keys]
+    adv = np.zeros(len(r))
+    for i in range(len(r)):
+        if not valid[i]:
+            continue
+        terms, weights = [], []
+        for d in range(paths.shape[1] + 1):
+            if d > depth[i]:
+                break
+            prefix = "#".join(keys[i].split("#")[:d + 1])
+            members = [j for j in range(len(r)) if valid[j] and depth[j] >= d
+                       and "#".join(keys[j].split("#")[:d + 1]) == prefix]
+            if d > 0 and len(members) < 2:
+                continue
+            if d > 0 and skip_zero_std and np.std(r[members]) == 0:
+                continue
+            terms.append(r[i] - np.mean(r[members]))
+            weights.append(1.0 if weighting == "average" else len(members))
+        adv[i] = np.dot(terms, weights) / np.sum(weights)
+    return ref_whiten(adv, np.asarray(valid, bool)) if whiten else adv
+
+
+def random_tree(seed, prompts=3, leaves=8, depth=3):
+    rng = np.random.default_rng(seed)
+    paths = np.full((prompts * leaves, depth), -1)
+    for i in range(prompts * leaves):
+        d = rng.integers(0, depth + 1)
+        paths[i, :d] = rng.integers(0, 2, d)
+    g = np.repeat(rng.choice(50, prompts, replace=False), leaves)
+    r = rng.integers(0, 2, prompts * leaves).astype(float)
+    valid = rng.random(prompts * leaves) > 0.1
+    return r, g, paths, valid
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("weighting", ["average", "size"])
+@pytest.mark.parametrize("skip", [False, True])
+def test_tree_matches_reference(seed, weighting, skip):
+    r, g, paths, valid = random_tree(seed)
+    got = advantages.compute("tree", r, g, valid=valid, paths=paths,
+                             depth_weighting=weighting, skip_zero_std=skip)
+    want = ref_tree(r, g, paths, valid, weighting, skip)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    raw = advantages.compute("tree", r, g, valid=valid, paths=paths,
+                             depth_weighting=weighting, skip_zero_std=skip, whiten=False)
+    np.testing.assert_allclose(raw, ref_tree(r, g, paths, valid, weighting, skip, False),
+                               atol=1e-6)
+
+
+def test_tree_depth_zero_is_group_mean_baseline():
+    r, g, _, valid = random_tree(11)
+    flat = np.full((len(r), 4), -1)
+    np.testing.assert_allclose(
+        advantages.compute("tree", r, g, valid=valid, paths=flat, whiten=False),
+        advantages.compute("dr_grpo", r, g, valid=valid), atol=1e-6)
+    np.testing.assert_allclose(
+        advantages.compute("tree", r, g, valid=valid, paths=flat),
+        advantages.compute("reinforce_pp_baseline", r, g, valid=valid), atol=1e-6)
+
+
+def test_tree_token_whitening_weighs_long_responses():
+    r, g, paths, valid = random_tree(4)
+    mask = np.arange(6)[None] < np.random.default_rng(0).integers(0, 7, len(r))[:, None]
+    got = advantages.compute("tree", r, g, valid=valid, paths=paths, mask=mask)
+    raw = ref_tree(r, g, paths, valid, whiten=False)
+    sel = mask & valid[:, None]
+    want = ref_whiten(np.broadcast_to(raw[:, None], mask.shape).copy(), sel)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("grpo", {}), ("dr_grpo", {}), ("rloo", {}), ("reinforce_pp", {}),
+    ("reinforce_pp_baseline", {}), ("mc_grpo", {}), ("tree", {"paths": None}),
+])
+def test_jit_matches_eager(name, kwargs):
+    r, g, paths, valid = random_tree(2)
+    kwargs = {k: (paths if k == "paths" else v) for k, v in kwargs.items()}
+    eager = advantages.compute(name, r, g, valid=valid, **kwargs)
+    jitted = jax.jit(lambda r, g, v, kw: advantages.compute(name, r, g, valid=v, **kw))(
+        r, g, valid, kwargs)
+    np.testing.assert_allclose(eager, jitted, atol=1e-6)
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(RegistryError, match="unknown advantage estimator 'grop'.*grpo"):
+        advantages.compute("grop", [1.0], [0])
+    with pytest.raises(RegistryError, match="'grpo' has no option 'epsilon'.*eps"):
+        advantages.compute("grpo", [1.0], [0], epsilon=1.0)
+    with pytest.raises(TypeError, match="group_ids must be integers"):
+        advantages.compute("grpo", [1.0], [0.5])
+    with pytest.raises(ValueError, match="std_scope"):
+        advantages.compute("grpo", [1.0], [0], std_scope="prompt")
