@@ -1,4 +1,15 @@
-"""Generation engine (paged KV cache, flat group and tree samplers).
+"""Generation engine: paged KV cache, flat group sampler (tree sampler to come).
 
-Lands with the generation-engine issue; depends only on `models`.
+    from sampling import generate, SamplingParams
+    rollouts = generate(config, params, prompts, n=8,
+                        sampling_params=SamplingParams(temperature=1.0, max_new_tokens=256),
+                        rng=jax.random.key(0))
+
+Design and measurements: docs/sampling.md. Depends only on `models`.
 """
+
+from sampling.flat import generate
+from sampling.params import SamplingParams
+from sampling.rollouts import Rollouts
+
+__all__ = ["Rollouts", "SamplingParams", "generate"]

@@ -1,0 +1,121 @@
+"""The flat group sampler: n samples per prompt sharing the prompt's pages.
+
+    rollouts = sampling.generate(config, params, prompts, n=8,
+                                 sampling_params=SamplingParams(temperature=1.0,
+                                                                max_new_tokens=256),
+                                 rng=jax.random.key(0))
+
+Each distinct prompt is prefilled once (identical prompts are merged) into
+pages that its samples share by reference; every sample gets private pages
+for its completion, so no KV data is ever copied. Then one jitted
+`while_loop` decodes all samples until each hits a stop token (the model's
+eos ids plus `stop_token_ids`) or `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from models.config import ModelConfig
+from sampling import engine
+from sampling.kv_cache import cache_bytes, init_cache
+from sampling.page_pool import NULL_PAGE, PagePool
+from sampling.params import SamplingParams
+from sampling.rollouts import Rollouts
+
+DEFAULT_PAGE_SIZE = 16
+DEFAULT_SEGMENT_LEN = 64
+
+
+def generate(config: ModelConfig, params: dict, prompts, n: int,
+             sampling_params: SamplingParams, rng: jax.Array, *,
+             page_size: int = DEFAULT_PAGE_SIZE,
+             segment_len: int = DEFAULT_SEGMENT_LEN) -> Rollouts:
+    """`n` completions of each prompt (token id lists).
+
+    Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
+    `stats`: prefill_tokens (prompt tokens actually run: each distinct prompt
+    once), prefill_slots (including bucket padding), decode_tokens
+    (generated tokens), decode_steps, decode_row_steps (steps × bucketed
+    rows, the work done) and kv_pages.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if page_size < 1 or segment_len < 1 or segment_len % page_size:
+        raise ValueError(f"segment_len ({segment_len}) must be a positive multiple of "
+                         f"page_size ({page_size})")
+    prompts = engine.check_prompts(config, prompts)
+    sp = sampling_params
+    distinct: dict[tuple[int, ...], int] = {}
+    which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    unique = [list(p) for p in distinct]
+
+    b = len(unique)
+    rows_b, slots = engine.next_pow2(b), engine.prompt_bucket(max(map(len, unique)), page_size)
+    prompt_pages = slots // page_size
+    segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
+    gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
+    r = len(prompts) * n
+    rows = engine.next_pow2(r)
+    pool = PagePool(1 + rows_b * prompt_pages + rows * gen_pages)
+
+    prompt_tables = np.full((rows_b, prompt_pages), NULL_PAGE, np.int32)
+    for u, prompt in enumerate(unique):
+        used = -(-len(prompt) // page_size)
+        prompt_tables[u, prompt_pages - used:] = pool.alloc(used)
+    pad = config.pad_token_id or 0
+    tokens, offsets = engine.right_aligned(unique, rows_b, slots, pad)
+    cache = init_cache(config, pool.num_pages, page_size)
+    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
+                                   np.arange(rows_b) < b)
+
+    source = np.zeros(rows, np.int32)  # distinct prompt of each row
+    source[:r] = np.repeat(which, n)
+    real = np.arange(rows) < r
+    for row in range(r):
+        pool.retain(prompt_tables[source[row]])
+    pool.release(prompt_tables[:b].ravel())  # the samples now hold the prompt pages
+
+    # Decode in segments: each call attends over the pages written so far
+    # (prompt + earlier segments) instead of the whole max length.
+    tables = prompt_tables[source]
+    hidden, offsets, positions = hidden[source], offsets[source], slots - offsets[source]
+    done = ~real
+    outputs = []
+    stop_ids = engine.stop_token_ids(config, sp)
+    seg_pages = segment_len // page_size
+    for seg in range(-(-sp.max_new_tokens // segment_len)):
+        fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
+        for row in np.flatnonzero(~done):
+            fresh[row] = pool.alloc(seg_pages)
+        state = engine.RowState(hidden=hidden, prefix_tables=tables, segment_tables=fresh,
+                                offsets=offsets, positions=positions, done=done)
+        out, hidden, cache = engine.decode(
+            config, params, cache, state, jax.random.fold_in(rng, seg),
+            np.int32(sp.max_new_tokens - seg * segment_len), sp, segment_len, stop_ids)
+        out = engine.as_numpy(out)
+        outputs.append(out)
+        tables = np.concatenate([tables, fresh], axis=1)
+        positions = positions + segment_len
+        done = done | (out.finish == engine.STOP)
+        if done.all():
+            break
+    for row in range(r):
+        pool.release(tables[row])
+    if pool.used_pages:
+        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+
+    out = engine.concat_outputs(outputs)
+    finish = np.where(out.finish[:r] == engine.STOP, "stop", "length")
+    width = sp.max_new_tokens
+    return Rollouts(
+        tokens=out.tokens[:r, :width], lengths=out.num_tokens[:r],
+        logprobs=out.logprobs[:r, :width], raw_logprobs=out.raw_logprobs[:r, :width],
+        prompt_index=np.repeat(np.arange(len(prompts), dtype=np.int32), n),
+        finish_reason=finish,
+        stats={"prefill_tokens": int(sum(map(len, unique))), "prefill_slots": rows_b * slots,
+               "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
+               "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
+               "kv_pages": pool.num_pages,
+               "kv_bytes": cache_bytes(config, pool.num_pages, page_size)})

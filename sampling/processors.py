@@ -1,0 +1,108 @@
+"""Logit processors and the token sampler.
+
+`sampling_logprobs(logits, params)` is the log-distribution a token is actually
+drawn from; `sample(logits, rng, params)` draws one token per row from it and
+returns the token's log-probability under that distribution and under the raw
+model (temperature 1, no filters). The RL learner uses both for importance
+ratios, so they are computed from the same arrays the draw uses.
+
+Filter order, all on fp32 logits of shape [..., V] (the last axis is vocab):
+
+1. temperature: `x = logits / temperature`;
+2. top-k: keep `x >= k-th largest x` (ties at the k-th value keep more than k);
+3. top-p: sort the kept logits descending, `p = softmax`, keep sorted position
+   i while the cumulative probability *before* i is `< top_p` (the smallest
+   prefix whose mass reaches top_p, at least the top token); then keep
+   `x >= smallest kept value`, so ties at the cut are all kept;
+4. min-p: keep `p >= min_p * p_max`, i.e. `x >= max(x) + log(min_p)`;
+5. filtered entries are -inf and the rest renormalised by `log_softmax`.
+
+`params` is static: only the enabled filters are compiled in. One sort per call
+and only when top_p < 1; with top-k on, the nucleus is computed on the k values
+`lax.top_k` already returns sorted, so the full vocab is never sorted. Nothing
+is quadratic in V. A row whose logits are all -inf gives NaN (no distribution).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from sampling.params import SamplingParams
+
+
+def _filtered_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """Temperature-scaled fp32 logits with the filtered entries set to -inf."""
+    x = logits.astype(jnp.float32)
+    if params.temperature != 1.0:
+        x = x / params.temperature
+    vocab = x.shape[-1]
+    neg_inf = jnp.float32(-jnp.inf)
+    use_top_k = 0 < params.top_k < vocab
+    sorted_desc = None
+    if use_top_k:
+        sorted_desc = jax.lax.top_k(x, params.top_k)[0]           # [..., k], descending
+        x = jnp.where(x >= sorted_desc[..., -1:], x, neg_inf)
+    if params.top_p < 1.0:
+        if sorted_desc is None:
+            sorted_desc = jnp.flip(jnp.sort(x, axis=-1), axis=-1)  # [..., V], descending
+        # Normalise over the whole filtered row (not just the sorted slice) so
+        # that ties at the k-th value, which top_k keeps, count in the mass.
+        log_norm = jax.nn.logsumexp(x, axis=-1, keepdims=True)
+        probs = jnp.exp(sorted_desc - log_norm)
+        cum = jnp.cumsum(probs, axis=-1)
+        mass_before = jnp.concatenate([jnp.zeros_like(cum[..., :1]), cum[..., :-1]], axis=-1)
+        n_keep = jnp.sum(mass_before < params.top_p, axis=-1, keepdims=True)  # >= 1
+        cut = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
+        x = jnp.where(x >= cut, x, neg_inf)
+    if params.min_p > 0.0:
+        x_max = jnp.max(x, axis=-1, keepdims=True)
+        x = jnp.where(x >= x_max + math.log(params.min_p), x, neg_inf)
+    return x
+
+
+def _greedy_logprobs(logits: jax.Array) -> jax.Array:
+    tok = jnp.argmax(logits, axis=-1)
+    hit = jnp.arange(logits.shape[-1]) == tok[..., None]
+    return jnp.where(hit, jnp.float32(0.0), jnp.float32(-jnp.inf))
+
+
+@functools.partial(jax.jit, static_argnames=("params",))
+def sampling_logprobs(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """Log-probabilities [..., V] fp32 of the distribution `sample` draws from.
+
+    Greedy (temperature 0): 0 at the argmax of the raw logits (first index on
+    ties), -inf elsewhere. Filtered tokens are -inf.
+    """
+    if params.greedy:
+        return _greedy_logprobs(logits)
+    return jax.nn.log_softmax(_filtered_logits(logits, params), axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("params",))
+def sample(logits: jax.Array, rng: jax.Array, params: SamplingParams):
+    """Draws one token per row.
+
+    Args:
+      logits: [S, V] (any float dtype; computed in fp32).
+      rng: a PRNG key; rows draw independently from it.
+      params: static `SamplingParams`.
+
+    Returns:
+      tokens [S] int32; logp_sampled [S] fp32, the token's log-probability
+      under `sampling_logprobs` (0 for greedy); logp_raw [S] fp32, its
+      log-probability under the raw model, `log_softmax(logits)[token]`.
+    """
+    raw = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    if params.greedy:
+        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        logp_sampled = jnp.zeros(tokens.shape, jnp.float32)
+    else:
+        logp = jax.nn.log_softmax(_filtered_logits(logits, params), axis=-1)
+        tokens = jax.random.categorical(rng, logp, axis=-1).astype(jnp.int32)
+        logp_sampled = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
+    logp_raw = jnp.take_along_axis(raw, tokens[..., None], axis=-1)[..., 0]
+    return tokens, logp_sampled, logp_raw

@@ -1,0 +1,36 @@
+"""`Rollouts`: what a sampler returns, as host NumPy arrays.
+
+Row r is one completion (a flat sample or a tree leaf) of prompt
+`prompt_index[r]`; `tokens[r, :lengths[r]]` are its generated tokens and the
+two log-prob arrays are aligned with them (0 past the length). The learner's
+importance ratios use `logprobs` (the sampling distribution) or
+`raw_logprobs` (the model at temperature 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Rollouts:
+    tokens: np.ndarray         # [R, N] int32, pad past lengths
+    lengths: np.ndarray        # [R] int32 generated tokens
+    logprobs: np.ndarray       # [R, N] fp32 log-prob under the sampling distribution
+    raw_logprobs: np.ndarray   # [R, N] fp32 log-prob under the model, temperature 1
+    prompt_index: np.ndarray   # [R] int32 index into the prompts passed in
+    finish_reason: np.ndarray  # [R] str: "stop" (a stop token) | "length" | "repetition"
+    paths: np.ndarray | None = None  # [R, D] tree branch ids per depth, -1 padded
+    stats: dict = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def completion(self, r: int) -> list[int]:
+        return self.tokens[r, :self.lengths[r]].tolist()
+
+    def group_ids(self) -> np.ndarray:
+        """[R] group id per row (the prompt index), for `rl.advantages.compute`."""
+        return self.prompt_index.copy()
