@@ -1,4 +1,4 @@
-"""Generation engine: paged KV cache, flat group sampler (tree sampler to come).
+"""Generation engine: paged KV cache, flat group sampler, TreePO tree sampler.
 
     from sampling import generate, SamplingParams
     rollouts = generate(config, params, prompts, n=8,
@@ -11,5 +11,6 @@ Design and measurements: docs/sampling.md. Depends only on `models`.
 from sampling.flat import generate
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
+from sampling.tree import TreeConfig, tree_generate
 
-__all__ = ["Rollouts", "SamplingParams", "generate"]
+__all__ = ["Rollouts", "SamplingParams", "TreeConfig", "generate", "tree_generate"]

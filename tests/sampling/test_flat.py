@@ -3,7 +3,6 @@
 import tempfile
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -12,6 +11,7 @@ from sampling import engine
 from sampling.flat import generate
 from sampling.page_pool import PagePool, PagePoolError
 from sampling.params import SamplingParams
+from tests.sampling.test_tree import teacher_forced
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,6 @@ def random_prompts(seed, lengths, vocab=512):
     return [rng.integers(0, vocab, n).tolist() for n in lengths]
 
 
-def teacher_forced_logprobs(config, params, prompt, completion):
-    logits = models.apply(config, params, jnp.asarray([prompt + completion]))[0]
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return np.array([logp[len(prompt) - 1 + j, t] for j, t in enumerate(completion)])
 
 
 @pytest.mark.parametrize("page_size,segment_len", [(4, 8), (16, 64)])
@@ -40,10 +36,11 @@ def test_logprobs_match_teacher_forcing(tiny, page_size, segment_len):
     ro = generate(config, params, prompts, 3, sp, jax.random.key(1), page_size=page_size,
                   segment_len=segment_len)
     assert len(ro) == 9 and list(ro.prompt_index) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    for r in range(len(ro)):
+    refs = teacher_forced(config, params, [prompts[i] for i in ro.prompt_index],
+                          [ro.completion(r) for r in range(len(ro))])
+    for r, ref in enumerate(refs):
         completion = ro.completion(r)
         assert 1 <= len(completion) <= 21
-        ref = teacher_forced_logprobs(config, params, prompts[ro.prompt_index[r]], completion)
         np.testing.assert_allclose(ro.raw_logprobs[r, :len(completion)], ref, atol=1e-4)
         # the sampling distribution (temperature 0.8, top-k 50) differs from raw
         assert np.all(ro.logprobs[r, :len(completion)] <= 0.0)

@@ -1,0 +1,292 @@
+"""TreePO-style segment/tree sampler: branches share their prefix pages.
+
+    rollouts = sampling.tree_generate(config, params, prompts, TreeConfig(
+        segment_len=64, max_depth=4, leaves_per_prompt=16), sampling_params, rng)
+
+Every round decodes one segment for all alive nodes of all prompts in one
+`engine.decode` call. A node that hits a stop token, repeats itself, or
+reaches `max_depth` becomes a leaf. The others branch: the prompt's budget
+rem = leaves_per_prompt - leaves - alive is split over them (at most
+`divergence` children per node) by `branch_policy`, and each child copies the
+parent's page table (reference counts, no KV copy) and gets fresh pages for
+its next segment, whose first token it samples itself. When a prompt has no
+alive node but budget left, `fallback` truncates a random leaf at a random
+segment boundary and re-expands it. Each prompt ends with exactly
+`leaves_per_prompt` leaves; `Rollouts.paths` gives each leaf's branch ids
+per depth (for `rl.advantages.compute("tree", ...)`). Host code runs only
+between rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from models.config import ModelConfig
+from sampling import engine
+from sampling.kv_cache import init_cache
+from sampling.page_pool import NULL_PAGE, PagePool
+from sampling.params import SamplingParams
+from sampling.rollouts import Rollouts
+
+POLICIES = ("uniform", "low_likelihood", "high_likelihood")
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeConfig:
+    """Tree shape. `segment_len` must be a multiple of `page_size`.
+
+    first_branching: children of the root, an int or an inclusive (lo, hi)
+      range drawn uniformly per prompt (TreePO: (2, 8)).
+    divergence: most children a node gets when it branches.
+    branch_policy: how extra children are allocated over alive nodes:
+      uniform; low_likelihood (softmax over -(Σ log p - min) / T, favouring
+      unlikely paths); high_likelihood (the inverse).
+    repetition_ngram, repetition_count: a path whose tokens contain an n-gram
+      at least `repetition_count` times stops (0 disables).
+    fallback: re-expand truncated leaves while budget remains.
+    """
+
+    segment_len: int = 64
+    max_depth: int = 4
+    leaves_per_prompt: int = 16
+    first_branching: int | tuple[int, int] = (2, 8)
+    divergence: int = 2
+    branch_policy: str = "uniform"
+    policy_temperature: float = 1.0
+    repetition_ngram: int = 0
+    repetition_count: int = 8
+    fallback: bool = True
+    page_size: int = 16
+
+    def __post_init__(self):
+        if self.page_size < 1 or self.segment_len < 1 or self.segment_len % self.page_size:
+            raise ValueError(f"segment_len ({self.segment_len}) must be a positive multiple of "
+                             f"page_size ({self.page_size})")
+        for name in ("max_depth", "leaves_per_prompt", "divergence"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        lo, hi = self.branching_range
+        if not 1 <= lo <= hi:
+            raise ValueError(f"first_branching must be >= 1 (or a range lo <= hi), "
+                             f"got {self.first_branching}")
+        if self.branch_policy not in POLICIES:
+            raise ValueError(f"branch_policy must be one of {POLICIES}, got {self.branch_policy!r}")
+        if self.policy_temperature <= 0:
+            raise ValueError(f"policy_temperature must be > 0, got {self.policy_temperature}")
+
+    @property
+    def branching_range(self) -> tuple[int, int]:
+        fb = self.first_branching
+        return (int(fb), int(fb)) if isinstance(fb, int) else (int(fb[0]), int(fb[1]))
+
+
+@dataclasses.dataclass
+class Node:
+    prompt: int
+    depth: int                 # segments on the path, this one included
+    path: tuple[int, ...]      # branch id per depth
+    prefix: list[int]          # page ids before this segment (prompt pages first)
+    hidden: np.ndarray         # [D] state the segment starts from
+    parent: Node | None
+    pages: list[int] = dataclasses.field(default_factory=list)
+    tokens: np.ndarray | None = None
+    logprobs: np.ndarray | None = None
+    raw_logprobs: np.ndarray | None = None
+    end_hidden: np.ndarray | None = None
+    finish: str = ""
+    children: int = 0
+
+    def ancestors(self) -> list[Node]:
+        chain, node = [], self
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return chain[::-1]
+
+    def path_logp(self) -> float:
+        return float(sum(n.raw_logprobs.sum() for n in self.ancestors()))
+
+    def path_tokens(self) -> np.ndarray:
+        return np.concatenate([n.tokens for n in self.ancestors()])
+
+
+def _repeats(tokens: np.ndarray, n: int, count: int) -> bool:
+    if n <= 0 or len(tokens) < n * count:
+        return False
+    grams = np.lib.stride_tricks.sliding_window_view(tokens, n)
+    _, counts = np.unique(grams, axis=0, return_counts=True)
+    return bool(counts.max() >= count)
+
+
+def _allocate(alive: list[Node], budget: int, tree: TreeConfig, rng) -> list[int]:
+    """Children per alive node: 1 each, plus up to `budget - len(alive)` extra."""
+    counts = [1] * len(alive)
+    extra = min(budget - len(alive), (tree.divergence - 1) * len(alive))
+    if extra <= 0:
+        return counts
+    if tree.branch_policy == "uniform":
+        weights = np.ones(len(alive))
+    else:
+        logp = np.array([n.path_logp() for n in alive])
+        score = -(logp - logp.min()) if tree.branch_policy == "low_likelihood" else logp - logp.max()
+        weights = np.exp(score / tree.policy_temperature - np.max(score / tree.policy_temperature))
+    for _ in range(extra):  # weighted draws without exceeding `divergence` children
+        open_ = np.array([c < tree.divergence for c in counts])
+        w = np.where(open_, weights, 0.0)
+        w = w / w.sum() if w.sum() > 0 else open_ / open_.sum()
+        counts[int(rng.choice(len(alive), p=w))] += 1
+    return counts
+
+
+def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
+                  sampling_params: SamplingParams, rng: jax.Array) -> Rollouts:
+    """`tree.leaves_per_prompt` leaves per prompt (see module docstring).
+
+    `sampling_params.max_new_tokens` is ignored: a leaf has at most
+    segment_len * max_depth tokens. Rows are ordered by prompt; stats count
+    decode_tokens once per tree node (shared prefixes once), prefill_tokens
+    once per distinct prompt, rounds, decode_row_steps and the pool pages
+    still in use after release (always 0).
+    """
+    prompts = engine.check_prompts(config, prompts)
+    ps, seg = tree.page_size, tree.segment_len
+    seg_pages = seg // ps
+    sp = dataclasses.replace(sampling_params, max_new_tokens=seg)
+    host_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
+    b = len(prompts)
+    rows_b, slots = engine.next_pow2(b), engine.prompt_bucket(max(map(len, prompts)), ps)
+    prompt_pages = slots // ps
+    per_prompt = tree.leaves_per_prompt
+    # sized from buckets so the cache shape, like every other, repeats across calls
+    pool = PagePool(1 + rows_b * (prompt_pages + per_prompt * tree.max_depth * seg_pages))
+    prompt_tables = np.full((rows_b, prompt_pages), NULL_PAGE, np.int32)
+    for i, prompt in enumerate(prompts):
+        used = -(-len(prompt) // ps)
+        prompt_tables[i, prompt_pages - used:] = pool.alloc(used)
+    tokens, offsets = engine.right_aligned(prompts, rows_b, slots, config.pad_token_id or 0)
+    cache = init_cache(config, pool.num_pages, ps)
+    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
+                                   np.arange(rows_b) < b)
+    hidden = np.asarray(hidden)
+
+    def spawn(prompt: int, base: Node | None) -> Node:
+        """A new child of `base` (None = the prompt): it shares the path's pages."""
+        if base is None:
+            prefix, start, path, depth = list(prompt_tables[prompt]), hidden[prompt], (), 0
+        else:
+            prefix = base.prefix + base.pages
+            start, path, depth = base.end_hidden, base.path, base.depth
+        owner = base if base is not None else roots[prompt]
+        node = Node(prompt=prompt, depth=depth + 1, path=path + (owner.children,),
+                    prefix=prefix, hidden=start, parent=base)
+        owner.children += 1
+        pool.retain(prefix)
+        return node
+
+    roots = [Node(prompt=i, depth=0, path=(), prefix=[], hidden=hidden[i], parent=None)
+             for i in range(b)]
+    alive: list[Node] = []
+    for i in range(b):
+        lo, hi = tree.branching_range
+        alive += [spawn(i, None) for _ in range(min(int(host_rng.integers(lo, hi + 1)),
+                                                          per_prompt))]
+    pool.release(prompt_tables[:b].ravel())  # the nodes now hold the prompt pages
+    leaves: list[list[Node]] = [[] for _ in range(b)]
+    internal: list[Node] = []
+    stop_ids = engine.stop_token_ids(config, sp)
+    stats = {"rounds": 0, "decode_tokens": 0, "decode_steps": 0, "decode_row_steps": 0}
+
+    while alive:
+        rows = engine.next_pow2(len(alive))
+        width = max(len(n.prefix) for n in alive)
+        prefix_tables = np.full((rows, width), NULL_PAGE, np.int32)
+        segment = np.full((rows, seg_pages), NULL_PAGE, np.int32)
+        node_offsets = np.zeros(rows, np.int32)
+        positions = np.zeros(rows, np.int32)
+        start_hidden = np.zeros((rows, hidden.shape[1]), hidden.dtype)
+        for r, node in enumerate(alive):
+            prefix_tables[r, width - len(node.prefix):] = node.prefix
+            node.pages = pool.alloc(seg_pages)
+            segment[r] = node.pages
+            # the prefix is right-aligned in the view; the prompt table leads it
+            node_offsets[r] = (width - len(node.prefix)) * ps + offsets[node.prompt]
+            positions[r] = slots - offsets[node.prompt] + (node.depth - 1) * seg
+            start_hidden[r] = node.hidden
+        state = engine.RowState(hidden=start_hidden, prefix_tables=prefix_tables,
+                                segment_tables=segment, offsets=node_offsets,
+                                positions=positions, done=np.arange(rows) >= len(alive))
+        out, end_hidden, cache = engine.decode(
+            config, params, cache, state, jax.random.fold_in(rng, stats["rounds"]),
+            np.int32(seg), sp, seg, stop_ids)
+        out, end_hidden = engine.as_numpy(out), np.asarray(end_hidden)
+        stats["rounds"] += 1
+        stats["decode_steps"] += int(out.steps)
+        stats["decode_row_steps"] += int(out.steps) * rows
+        stats["decode_tokens"] += int(out.num_tokens[:len(alive)].sum())
+
+        continuing: list[list[Node]] = [[] for _ in range(b)]
+        for r, node in enumerate(alive):
+            n = int(out.num_tokens[r])
+            node.tokens, node.logprobs = out.tokens[r, :n], out.logprobs[r, :n]
+            node.raw_logprobs, node.end_hidden = out.raw_logprobs[r, :n], end_hidden[r]
+            if out.finish[r] == engine.STOP:
+                node.finish = "stop"
+            elif _repeats(node.path_tokens(), tree.repetition_ngram, tree.repetition_count):
+                node.finish = "repetition"
+            elif node.depth >= tree.max_depth:
+                node.finish = "length"
+            if node.finish:
+                leaves[node.prompt].append(node)
+            else:
+                continuing[node.prompt].append(node)
+
+        alive = []
+        for i in range(b):
+            budget = per_prompt - len(leaves[i])
+            if continuing[i]:
+                for node, count in zip(continuing[i], _allocate(continuing[i], budget, tree,
+                                                                host_rng), strict=True):
+                    alive += [spawn(i, node) for _ in range(count)]
+                    pool.release(node.prefix + node.pages)  # children hold them now
+                    internal.append(node)
+            elif budget > 0 and tree.fallback:
+                for _ in range(min(budget, tree.divergence)):
+                    leaf = leaves[i][int(host_rng.integers(len(leaves[i])))]
+                    keep = int(host_rng.integers(0, leaf.depth))  # segments kept
+                    base = leaf.ancestors()[keep - 1] if keep else None
+                    alive.append(spawn(i, base))
+            elif budget > 0:
+                raise RuntimeError(f"prompt {i}: {len(leaves[i])} leaves, fallback disabled")
+
+    rows_out = [leaf for group in leaves for leaf in group]
+    for leaf in rows_out:
+        pool.release(leaf.prefix + leaf.pages)
+    if pool.used_pages:
+        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+    return _rollouts(rows_out, tree, config, stats | {
+        "prefill_tokens": int(sum(map(len, prompts))), "kv_pages": pool.num_pages,
+        "pages_in_use_after_release": pool.used_pages, "nodes": len(internal) + len(rows_out)})
+
+
+def _rollouts(leaves: list[Node], tree: TreeConfig, config: ModelConfig, stats) -> Rollouts:
+    width = tree.segment_len * tree.max_depth
+    r = len(leaves)
+    tokens = np.full((r, width), config.pad_token_id or 0, np.int32)
+    logprobs, raw = np.zeros((r, width), np.float32), np.zeros((r, width), np.float32)
+    lengths = np.zeros(r, np.int32)
+    paths = np.full((r, tree.max_depth), -1, np.int32)
+    for row, leaf in enumerate(leaves):
+        chain = leaf.ancestors()
+        seq = np.concatenate([n.tokens for n in chain])
+        lengths[row] = len(seq)
+        tokens[row, :len(seq)] = seq
+        logprobs[row, :len(seq)] = np.concatenate([n.logprobs for n in chain])
+        raw[row, :len(seq)] = np.concatenate([n.raw_logprobs for n in chain])
+        paths[row, :len(leaf.path)] = leaf.path
+    return Rollouts(tokens=tokens, lengths=lengths, logprobs=logprobs, raw_logprobs=raw,
+                    prompt_index=np.array([leaf.prompt for leaf in leaves], np.int32),
+                    finish_reason=np.array([leaf.finish for leaf in leaves]), paths=paths,
+                    stats=stats)
