@@ -86,21 +86,33 @@ def prefill(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array
     return hidden[:, -1], cache
 
 
-def _gather_view(pool: jax.Array, tables: jax.Array, steps: int) -> list[jax.Array]:
-    """Per-layer dense views [S, K, MPpre * ps + steps, Dh]: prefix pages, then zeros."""
+def _gather_view(pool: jax.Array, tables: jax.Array, steps: int,
+                 slots_last: bool = False) -> list[jax.Array]:
+    """Per-layer dense views of the prefix pages followed by `steps` empty slots.
+
+    [S, K, W, Dh], or [S, K, Dh, W] with `slots_last` (the key layout: the
+    score reduction over Dh then runs along contiguous slots).
+    """
     layers_, _, ps, kv, dh = pool.shape
     s, mp = tables.shape
-    gathered = pool[:, tables].reshape(layers_, s, mp * ps, kv, dh).transpose(0, 1, 3, 2, 4)
-    tail = jnp.zeros((s, kv, steps, dh), pool.dtype)
-    return [jnp.concatenate([gathered[i], tail], axis=2) for i in range(layers_)]
+    gathered = pool[:, tables].reshape(layers_, s, mp * ps, kv, dh)
+    order, axis = ((0, 1, 3, 4, 2), 3) if slots_last else ((0, 1, 3, 2, 4), 2)
+    gathered = gathered.transpose(order)  # [L, S, K, Dh, T] or [L, S, K, T, Dh]
+    shape = list(gathered.shape[1:])
+    shape[axis] = steps
+    tail = jnp.zeros(shape, pool.dtype)
+    return [jnp.concatenate([gathered[i], tail], axis=axis) for i in range(layers_)]
 
 
 def _scatter_segment(pool: jax.Array, views: list[jax.Array], tables: jax.Array,
-                     start: int, active: jax.Array) -> jax.Array:
-    """Writes view columns [start:] ([S, K, steps, Dh] per layer) into `tables` pages."""
+                     start: int, active: jax.Array, slots_last: bool = False) -> jax.Array:
+    """Writes view slots [start:] of each layer's view into `tables` pages."""
     s, pages = tables.shape
     ps, kv, dh = pool.shape[2:]
-    seg = jnp.stack([v[:, :, start:] for v in views])  # [L, S, K, steps, Dh]
+    if slots_last:
+        seg = jnp.stack([v[..., start:].transpose(0, 1, 3, 2) for v in views])
+    else:
+        seg = jnp.stack([v[:, :, start:] for v in views])  # [L, S, K, steps, Dh]
     seg = seg.transpose(0, 1, 3, 2, 4).reshape(len(views), s, pages, ps, kv, dh)
     targets = jnp.where(active[:, None], tables, NULL_PAGE)
     return pool.at[:, targets].set(seg)
@@ -120,14 +132,14 @@ def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Arra
         h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
         q, k, v = layers.qkv_projection(config, p, h, cos, sin)
         view_k = jax.lax.dynamic_update_slice_in_dim(
-            view_k, k.transpose(0, 2, 1, 3).astype(view_k.dtype), column, axis=2)
+            view_k, k.transpose(0, 2, 3, 1).astype(view_k.dtype), column, axis=3)
         view_v = jax.lax.dynamic_update_slice_in_dim(
             view_v, v.transpose(0, 2, 1, 3).astype(view_v.dtype), column, axis=2)
         qg = q.reshape(s, kv, groups, dh)
-        scores = jnp.einsum("skgd,skwd->skgw", qg, view_k, preferred_element_type=jnp.float32)
+        scores = jnp.sum(qg[..., None] * view_k[:, :, None], axis=3)  # [S, K, G, W]
         scores = jnp.where(mask[:, None, None, :], scores * (dh ** -0.5), layers.NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-        attn = jnp.einsum("skgw,skwd->skgd", probs, view_v).reshape(s, 1, kv * groups, dh)
+        attn = jnp.sum(probs[..., None] * view_v[:, :, None], axis=3).reshape(s, 1, kv * groups, dh)
         x = x + layers.output_projection(config, p, attn)
         h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
         x = x + layers.mlp(config, p, h)
@@ -170,7 +182,7 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
         finish=jnp.full(s, RUNNING, jnp.int32),
         steps=jnp.int32(0))
     carry = (jnp.int32(0), state.hidden, state.done, out,
-             _gather_view(cache.k, state.prefix_tables, steps),
+             _gather_view(cache.k, state.prefix_tables, steps, slots_last=True),
              _gather_view(cache.v, state.prefix_tables, steps))
 
     limit = jnp.minimum(jnp.int32(steps), limit)
@@ -200,7 +212,8 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
 
     _, hidden, _, out, views_k, views_v = jax.lax.while_loop(cond, body, carry)
     active = ~state.done
-    cache = KVCache(_scatter_segment(cache.k, views_k, state.segment_tables, start, active),
+    cache = KVCache(_scatter_segment(cache.k, views_k, state.segment_tables, start, active,
+                                     slots_last=True),
                     _scatter_segment(cache.v, views_v, state.segment_tables, start, active))
     return out, hidden, cache
 

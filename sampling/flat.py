@@ -31,14 +31,16 @@ DEFAULT_SEGMENT_LEN = 64
 def generate(config: ModelConfig, params: dict, prompts, n: int,
              sampling_params: SamplingParams, rng: jax.Array, *,
              page_size: int = DEFAULT_PAGE_SIZE,
-             segment_len: int = DEFAULT_SEGMENT_LEN) -> Rollouts:
+             segment_len: int = DEFAULT_SEGMENT_LEN, share_prompts: bool = True) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
     `stats`: prefill_tokens (prompt tokens actually run: each distinct prompt
     once), prefill_slots (including bucket padding), decode_tokens
     (generated tokens), decode_steps, decode_row_steps (steps × bucketed
-    rows, the work done) and kv_pages.
+    rows, the work done) and kv_pages. `share_prompts=False` prefills every
+    sample's own copy of its prompt (the baseline the sharing is measured
+    against).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -47,9 +49,14 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                          f"page_size ({page_size})")
     prompts = engine.check_prompts(config, prompts)
     sp = sampling_params
-    distinct: dict[tuple[int, ...], int] = {}
-    which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    unique = [list(p) for p in distinct]
+    if share_prompts:
+        distinct: dict[tuple[int, ...], int] = {}
+        which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        unique = [list(p) for p in distinct]
+        sample_source = np.repeat(which, n)
+    else:  # one prefill row per sample
+        unique = [p for p in prompts for _ in range(n)]
+        sample_source = np.arange(len(unique))
 
     b = len(unique)
     rows_b, slots = engine.next_pow2(b), engine.prompt_bucket(max(map(len, unique)), page_size)
@@ -71,7 +78,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                                    np.arange(rows_b) < b)
 
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
-    source[:r] = np.repeat(which, n)
+    source[:r] = sample_source
     real = np.arange(rows) < r
     for row in range(r):
         pool.retain(prompt_tables[source[row]])

@@ -81,6 +81,15 @@ def test_prompt_prefilled_once_per_group(tiny):
     # identical prompts are merged as well
     ro = generate(config, params, [prompts[0], prompts[0]], 2, sp, jax.random.key(0))
     assert ro.stats["prefill_tokens"] == 7
+    # the unshared baseline prefills every sample, with the same results
+    shared = generate(config, params, prompts, 4, SamplingParams(temperature=0.0,
+                                                                 max_new_tokens=8),
+                      jax.random.key(0))
+    unshared = generate(config, params, prompts, 4, SamplingParams(temperature=0.0,
+                                                                   max_new_tokens=8),
+                        jax.random.key(0), share_prompts=False)
+    assert unshared.stats["prefill_tokens"] == 4 * (7 + 30 + 12)
+    np.testing.assert_array_equal(shared.tokens, unshared.tokens)
 
 
 def test_samples_of_a_group_differ_and_seed_is_reproducible(tiny):
