@@ -78,12 +78,18 @@ class DecodeOutput:
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def prefill(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array,
-            tables: jax.Array, offsets: jax.Array, active: jax.Array):
-    """Writes right-aligned prompts [B, P] into their pages; returns hidden [B, D], cache."""
+            tables: jax.Array, offsets: jax.Array, active: jax.Array,
+            rows: jax.Array | None = None):
+    """Writes right-aligned prompts [B, P] into their pages.
+
+    Returns (last-token hidden states [B, D], or [R, D] gathered by `rows`
+    [R] when given, e.g. one row per sample; cache).
+    """
     TRACE_COUNTS["prefill"] += 1
     starts = jnp.zeros(tokens.shape[0], jnp.int32)
     hidden, cache = paged_forward(config, params, cache, tokens, tables, starts, offsets, active)
-    return hidden[:, -1], cache
+    hidden = hidden[:, -1]
+    return (hidden if rows is None else hidden[rows]), cache
 
 
 def _gather_view(pool: jax.Array, tables: jax.Array, steps: int,
@@ -118,6 +124,36 @@ def _scatter_segment(pool: jax.Array, views: list[jax.Array], tables: jax.Array,
     return pool.at[:, targets].set(seg)
 
 
+def _fuse_layer(config: ModelConfig, p: dict) -> dict:
+    """One layer's params with q|k|v and gate|up concatenated (once per decode
+    call, outside the loop: fewer, larger matmuls per step)."""
+    dtype = config.compute_dtype
+    d = config.hidden_size
+    fused = dict(p)
+    fused["qkv"] = jnp.concatenate([p[n].astype(dtype).reshape(d, -1) for n in "qkv"], axis=1)
+    if config.qkv_bias:
+        fused["qkv_bias"] = jnp.concatenate(
+            [p[f"{n}_bias"].astype(dtype).reshape(-1) for n in "qkv"])
+    fused["gate_up"] = jnp.concatenate([p["gate"], p["up"]], axis=1).astype(dtype)
+    return fused
+
+
+def _fused_qkv(config: ModelConfig, p: dict, h: jax.Array, cos: jax.Array, sin: jax.Array):
+    """`layers.qkv_projection` with the fused weight: roped q [S,1,H,Dh], k, v [S,1,K,Dh]."""
+    heads, kv, dh = config.num_heads, config.num_kv_heads, config.head_dim
+    qkv = jnp.einsum("btd,de->bte", h, p["qkv"])
+    if config.qkv_bias:
+        qkv = qkv + p["qkv_bias"]
+    b, t = qkv.shape[:2]
+    q = qkv[..., :heads * dh].reshape(b, t, heads, dh)
+    k = qkv[..., heads * dh:(heads + kv) * dh].reshape(b, t, kv, dh)
+    v = qkv[..., (heads + kv) * dh:].reshape(b, t, kv, dh)
+    if config.qk_norm:
+        q = layers.rms_norm(q, p["q_norm"], config.rms_norm_eps)
+        k = layers.rms_norm(k, p["k_norm"], config.rms_norm_eps)
+    return layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin), v
+
+
 def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Array,
           positions: jax.Array, column, mask: jax.Array, views_k: list, views_v: list):
     """One token per row through the decoder on the dense views; writes column `column`."""
@@ -130,7 +166,7 @@ def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Arra
     new_k, new_v = [], []
     for p, view_k, view_v in zip(layer_params, views_k, views_v, strict=True):
         h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
-        q, k, v = layers.qkv_projection(config, p, h, cos, sin)
+        q, k, v = _fused_qkv(config, p, h, cos, sin)
         view_k = jax.lax.dynamic_update_slice_in_dim(
             view_k, k.transpose(0, 2, 3, 1).astype(view_k.dtype), column, axis=3)
         view_v = jax.lax.dynamic_update_slice_in_dim(
@@ -142,7 +178,8 @@ def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Arra
         attn = jnp.sum(probs[..., None] * view_v[:, :, None], axis=3).reshape(s, 1, kv * groups, dh)
         x = x + layers.output_projection(config, p, attn)
         h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
-        x = x + layers.mlp(config, p, h)
+        gate, up = jnp.split(jnp.einsum("btd,df->btf", h, p["gate_up"]), 2, axis=-1)
+        x = x + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"].astype(dtype))
         new_k.append(view_k)
         new_v.append(view_v)
     x = layers.rms_norm(x, params["final_norm"], config.rms_norm_eps)
@@ -171,7 +208,7 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
     width = start + steps
     pad = jnp.int32(config.pad_token_id or 0)
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
-    layer_params = [jax.tree.map(lambda a, i=i: a[i], params["layers"])
+    layer_params = [_fuse_layer(config, jax.tree.map(lambda a, i=i: a[i], params["layers"]))
                     for i in range(config.num_layers)]
     slots = jnp.arange(width, dtype=jnp.int32)
     out = DecodeOutput(

@@ -73,12 +73,12 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         prompt_tables[u, prompt_pages - used:] = pool.alloc(used)
     pad = config.pad_token_id or 0
     tokens, offsets = engine.right_aligned(unique, rows_b, slots, pad)
-    cache = init_cache(config, pool.num_pages, page_size)
-    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
-                                   np.arange(rows_b) < b)
-
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
     source[:r] = sample_source
+    cache = init_cache(config, pool.num_pages, page_size)
+    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
+                                   np.arange(rows_b) < b, source)
+
     real = np.arange(rows) < r
     for row in range(r):
         pool.retain(prompt_tables[source[row]])
@@ -87,7 +87,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     # Decode in segments: each call attends over the pages written so far
     # (prompt + earlier segments) instead of the whole max length.
     tables = prompt_tables[source]
-    hidden, offsets, positions = hidden[source], offsets[source], slots - offsets[source]
+    offsets, positions = offsets[source], slots - offsets[source]
     done = ~real
     outputs = []
     stop_ids = engine.stop_token_ids(config, sp)

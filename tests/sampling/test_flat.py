@@ -142,3 +142,17 @@ def test_page_pool_refcounts():
         pool.alloc(6)
     with pytest.raises(PagePoolError, match="retain of page 2"):
         pool.retain([2])
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_other_families_match_teacher_forcing(family):
+    """q/k norm (qwen3) and no q/k/v bias (llama) through the fused decode path."""
+    config = models.get_preset("tiny").replace(family=family, num_layers=2)
+    params = models.init(config, jax.random.key(1))
+    prompts = random_prompts(5, [6, 13])
+    ro = generate(config, params, prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12),
+                  jax.random.key(2), page_size=4, segment_len=8)
+    refs = teacher_forced(config, params, [prompts[i] for i in ro.prompt_index],
+                          [ro.completion(r) for r in range(len(ro))])
+    for r, ref in enumerate(refs):
+        np.testing.assert_allclose(ro.raw_logprobs[r, :len(ref)], ref, atol=1e-4)
