@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import models
+from rl import advantages
 from sampling import engine
 from sampling.params import SamplingParams
 from sampling.tree import TreeConfig, tree_generate
@@ -92,6 +93,10 @@ def test_shared_prefixes_are_decoded_once(tiny):
     assert np.all(ro.lengths == 24)
     assert ro.stats["decode_tokens"] < ro.lengths.sum()
     assert ro.stats["prefill_tokens"] == 20
+    # the paths feed the TreePO advantage directly
+    rewards = (ro.tokens[:, -1] % 2).astype(np.float32)
+    adv = np.asarray(advantages.compute("tree", rewards, ro.group_ids(), paths=ro.paths))
+    assert adv.shape == (16,) and np.all(np.isfinite(adv))
 
 
 def test_same_seed_same_tree(tiny):
