@@ -26,6 +26,7 @@ setup(
         "absl-py>=2.1",
         "jinja2>=3.1",
         "sympy>=1.12",
+        "pyarrow>=14",
     ],
     extras_require={
         # torch is the CPU build, installed from a local wheel or the CPU index;

@@ -1,4 +1,7 @@
-"""Task data: procedural tasks with disjoint splits (`rl.data.tasks`).
+"""Task data for the trainer.
 
-The grain pipelines of the trainer issue build on these.
+  rl.data.tasks    procedural tasks (countdown, arithmetic) with disjoint
+                   train / held-out splits and verified solutions
+  rl.data.sources  random-access prompt sources (procedural tasks, JSONL,
+                   Parquet) and the resumable grain batch iterator
 """
