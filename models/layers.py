@@ -80,10 +80,16 @@ def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
         q = q + p["q_bias"].astype(dtype)
         k = k + p["k_bias"].astype(dtype)
         v = v + p["v_bias"].astype(dtype)
+    return norm_and_rope_qk(config, p, q, k, cos, sin) + (v,)
+
+
+def norm_and_rope_qk(config: ModelConfig, p: dict, q: jax.Array, k: jax.Array, cos: jax.Array,
+                     sin: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per-head q/k RMSNorm (Qwen3) then RoPE, on projected q [B,T,H,Dh], k [B,T,K,Dh]."""
     if config.qk_norm:
         q = rms_norm(q, p["q_norm"], config.rms_norm_eps)
         k = rms_norm(k, p["k_norm"], config.rms_norm_eps)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
 ATTENTION_BLOCK = 128

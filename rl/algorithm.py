@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from models.config import as_dict
 from rl import advantages, kl, losses, rewards, reweighting
 from rl.registry import RegistryError, check_kwargs
 
@@ -21,8 +22,7 @@ LOSS_COMMON = ("agg", "norm_length", "tis_cap", "tis_mode", "entropy_coef")
 
 def set_options(section: Any, exclude: tuple[str, ...] = ("name",)) -> dict[str, Any]:
     """The keys of a config section whose value is not None, minus `exclude`."""
-    items = section.items() if hasattr(section, "items") else dict(section).items()
-    return {k: v for k, v in items if v is not None and k not in exclude}
+    return {k: v for k, v in as_dict(section).items() if v is not None and k not in exclude}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ over valid response tokens when a mask [N, T] is given (TreePO whitens tokens,
 so longer responses weigh more). With no branching (all paths -1) the result is
 the group-mean baseline, i.e. `reinforce_pp_baseline` (or `dr_grpo` unwhitened).
 
-Subgroups are found by one lexicographic sort over (group, path) and a
+Subgroups come from one lexicographic sort over (group, path) and a
 boundary cumsum per depth: O(N log N + N·D), no Python loop over samples.
 """
 
@@ -30,28 +30,30 @@ from rl import ops
 from rl.advantages import register
 
 
-def subgroup_index(index: jax.Array, paths: jax.Array, depth: int) -> tuple[jax.Array, jax.Array]:
-    """Dense subgroup id of each leaf at `depth` and whether the leaf reaches it.
+def subgroup_indices(index: jax.Array, paths: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+    """Per depth d in [0, D]: (dense subgroup id [N], bool [N] leaf depth >= d).
+
+    One lexicographic sort by (group, path[0], ..., path[D-1]) puts the
+    leaves sharing any prefix in one run; the runs at depth d start where the
+    group or one of the first d branch ids changes. Leaves not reaching d
+    (-1 there) form their own runs and are masked by the second output.
 
     Args:
       index: [N] dense group index.
       paths: [N, D] int branch ids, -1 past each leaf's depth.
-      depth: d in [0, D].
-
-    Returns:
-      ([N] int subgroup id in [0, N), [N] bool leaf depth >= d).
     """
-    n = index.shape[0]
-    reaches = jnp.ones(n, bool) if depth == 0 else paths[:, depth - 1] >= 0
-    keys = [paths[:, k] for k in reversed(range(depth))] + [index, ~reaches]
-    order = jnp.lexsort(keys)  # last key is primary: non-reaching leaves last
+    n, depth = paths.shape
+    keys = [index] + [paths[:, k] for k in range(depth)]
+    order = jnp.lexsort(keys[::-1])  # lexsort's last key is the primary one
     changed = jnp.zeros(n, bool).at[0].set(True)
-    for key in keys:
+    out = []
+    for d, key in enumerate(keys):  # static loop over tree depth
         sorted_key = key[order]
-        changed = changed | jnp.concatenate(
-            [jnp.ones(1, bool), sorted_key[1:] != sorted_key[:-1]])
-    sorted_id = jnp.cumsum(changed) - 1
-    return jnp.zeros(n, sorted_id.dtype).at[order].set(sorted_id), reaches
+        changed = changed | jnp.concatenate([jnp.ones(1, bool),
+                                             sorted_key[1:] != sorted_key[:-1]])
+        sub = jnp.zeros(n, jnp.int32).at[order].set(jnp.cumsum(changed) - 1)
+        out.append((sub, jnp.ones(n, bool) if d == 0 else paths[:, d - 1] >= 0))
+    return out
 
 
 @register("tree")
@@ -65,8 +67,7 @@ def tree(rewards, index, valid, *, paths, mask=None, depth_weighting: str = "ave
         raise ValueError(f"depth_weighting must be 'average' or 'size', got {depth_weighting!r}")
     total = jnp.zeros_like(rewards)
     weight = jnp.zeros_like(rewards)
-    for depth in range(paths.shape[1] + 1):  # static loop over tree depth
-        sub, reaches = subgroup_index(index, paths, depth)
+    for depth, (sub, reaches) in enumerate(subgroup_indices(index, paths)):
         member = valid & reaches
         count, mean, std = ops.group_moments(rewards, sub, member)
         used = member if depth == 0 else member & (count > 1)

@@ -29,12 +29,11 @@ import numpy as np
 from models import layers
 from models.config import ModelConfig
 from sampling import processors
-from sampling.kv_cache import KVCache, logits_at, paged_forward
-from sampling.page_pool import NULL_PAGE
+from sampling.kv_cache import KVCache, init_cache, logits_at, paged_forward
+from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 
-RUNNING, STOP, LENGTH = 0, 1, 2
-FINISH_NAMES = {RUNNING: "running", STOP: "stop", LENGTH: "length"}
+RUNNING, STOP = 0, 1  # DecodeOutput.finish
 TRACE_COUNTS: collections.Counter = collections.Counter()
 
 
@@ -148,10 +147,7 @@ def _fused_qkv(config: ModelConfig, p: dict, h: jax.Array, cos: jax.Array, sin: 
     q = qkv[..., :heads * dh].reshape(b, t, heads, dh)
     k = qkv[..., heads * dh:(heads + kv) * dh].reshape(b, t, kv, dh)
     v = qkv[..., (heads + kv) * dh:].reshape(b, t, kv, dh)
-    if config.qk_norm:
-        q = layers.rms_norm(q, p["q_norm"], config.rms_norm_eps)
-        k = layers.rms_norm(k, p["k_norm"], config.rms_norm_eps)
-    return layers.apply_rope(q, cos, sin), layers.apply_rope(k, cos, sin), v
+    return layers.norm_and_rope_qk(config, p, q, k, cos, sin) + (v,)
 
 
 def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Array,
@@ -281,14 +277,30 @@ def check_prompts(config: ModelConfig, prompts) -> list[list[int]]:
     return out
 
 
-def right_aligned(prompts: list[list[int]], rows: int, slots: int, pad: int):
-    """[rows, slots] int32 tokens with each prompt ending at the last slot, and offsets."""
-    tokens = np.full((rows, slots), pad, np.int32)
-    offsets = np.full(rows, slots - 1, np.int32)
+def prefill_prompts(config: ModelConfig, params: dict, pool: PagePool, prompts: list[list[int]],
+                    page_size: int, rows: np.ndarray | None = None):
+    """Allocates pages for right-aligned prompts, creates the cache and prefills it.
+
+    Prompt rows are bucketed to a power of two and slots to a power-of-two
+    number of pages (`prompt_bucket`). Returns (prompt page tables
+    [B_bucket, pages] holding one reference per prompt, offsets [B_bucket],
+    slots, last-token hidden states [B_bucket, D] or gathered by `rows`, cache).
+    """
+    rows_b = next_pow2(len(prompts))
+    slots = prompt_bucket(max(map(len, prompts)), page_size)
+    pages = slots // page_size
+    tables = np.full((rows_b, pages), NULL_PAGE, np.int32)
+    tokens = np.full((rows_b, slots), config.pad_token_id or 0, np.int32)
+    offsets = np.full(rows_b, slots - 1, np.int32)
     for i, prompt in enumerate(prompts):
+        used = -(-len(prompt) // page_size)
+        tables[i, pages - used:] = pool.alloc(used)
         tokens[i, slots - len(prompt):] = prompt
         offsets[i] = slots - len(prompt)
-    return tokens, offsets
+    cache = init_cache(config, pool.num_pages, page_size)
+    hidden, cache = prefill(config, params, cache, tokens, tables, offsets,
+                            np.arange(rows_b) < len(prompts), rows)
+    return tables, offsets, slots, hidden, cache
 
 
 def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:

@@ -19,7 +19,7 @@ import numpy as np
 
 from models.config import ModelConfig
 from sampling import engine
-from sampling.kv_cache import cache_bytes, init_cache
+from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
@@ -59,25 +59,18 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         sample_source = np.arange(len(unique))
 
     b = len(unique)
-    rows_b, slots = engine.next_pow2(b), engine.prompt_bucket(max(map(len, unique)), page_size)
-    prompt_pages = slots // page_size
+    rows_b = engine.next_pow2(b)
+    prompt_pages = engine.prompt_bucket(max(map(len, unique)), page_size) // page_size
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     r = len(prompts) * n
     rows = engine.next_pow2(r)
     pool = PagePool(1 + rows_b * prompt_pages + rows * gen_pages)
 
-    prompt_tables = np.full((rows_b, prompt_pages), NULL_PAGE, np.int32)
-    for u, prompt in enumerate(unique):
-        used = -(-len(prompt) // page_size)
-        prompt_tables[u, prompt_pages - used:] = pool.alloc(used)
-    pad = config.pad_token_id or 0
-    tokens, offsets = engine.right_aligned(unique, rows_b, slots, pad)
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
     source[:r] = sample_source
-    cache = init_cache(config, pool.num_pages, page_size)
-    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
-                                   np.arange(rows_b) < b, source)
+    prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
+        config, params, pool, unique, page_size, source)
 
     real = np.arange(rows) < r
     for row in range(r):

@@ -52,20 +52,21 @@ class PagePool:
 
     def retain(self, pages: Iterable[int]) -> None:
         """One more reference to each page (a branch that shares them)."""
-        for page in pages:
-            if page == NULL_PAGE:
-                continue
-            if self.refcount[page] <= 0:
-                raise PagePoolError(f"retain of page {page}, which is not allocated")
+        for page in self._allocated(pages, "retain"):
             self.refcount[page] += 1
 
     def release(self, pages: Iterable[int]) -> None:
         """Drops one reference to each page; pages reaching 0 become free."""
+        for page in self._allocated(pages, "release"):
+            self.refcount[page] -= 1
+            if self.refcount[page] == 0:
+                self._free.append(page)
+
+    def _allocated(self, pages: Iterable[int], verb: str):
+        """The non-null pages, each checked to be allocated."""
         for page in pages:
             if page == NULL_PAGE:
                 continue
             if self.refcount[page] <= 0:
-                raise PagePoolError(f"release of page {page}, which is not allocated")
-            self.refcount[page] -= 1
-            if self.refcount[page] == 0:
-                self._free.append(page)
+                raise PagePoolError(f"{verb} of page {page}, which is not allocated")
+            yield page

@@ -26,7 +26,6 @@ import numpy as np
 
 from models.config import ModelConfig
 from sampling import engine
-from sampling.kv_cache import init_cache
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
@@ -157,19 +156,13 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     sp = dataclasses.replace(sampling_params, max_new_tokens=seg)
     host_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
     b = len(prompts)
-    rows_b, slots = engine.next_pow2(b), engine.prompt_bucket(max(map(len, prompts)), ps)
-    prompt_pages = slots // ps
+    rows_b = engine.next_pow2(b)
+    prompt_pages = engine.prompt_bucket(max(map(len, prompts)), ps) // ps
     per_prompt = tree.leaves_per_prompt
     # sized from buckets so the cache shape, like every other, repeats across calls
     pool = PagePool(1 + rows_b * (prompt_pages + per_prompt * tree.max_depth * seg_pages))
-    prompt_tables = np.full((rows_b, prompt_pages), NULL_PAGE, np.int32)
-    for i, prompt in enumerate(prompts):
-        used = -(-len(prompt) // ps)
-        prompt_tables[i, prompt_pages - used:] = pool.alloc(used)
-    tokens, offsets = engine.right_aligned(prompts, rows_b, slots, config.pad_token_id or 0)
-    cache = init_cache(config, pool.num_pages, ps)
-    hidden, cache = engine.prefill(config, params, cache, tokens, prompt_tables, offsets,
-                                   np.arange(rows_b) < b)
+    prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
+        config, params, pool, prompts, ps)
     hidden = np.asarray(hidden)
 
     def spawn(prompt: int, base: Node | None) -> Node:
