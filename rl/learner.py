@@ -1,0 +1,244 @@
+"""The learner: `TrainState` and the jitted, sharded, donated policy update.
+
+    learner = Learner(model_config, algorithm, optimizer, mesh_sharding)
+    state = learner.init_state(params, jax.random.key(0))
+    ref_logp, _ = learner.score(ref_params, batch)          # frozen reference
+    state, metrics = learner.train_step(state, batch)        # donates `state`
+
+A batch is a dict of arrays, one row per completion (see `Batch` keys):
+
+    tokens        [N, T] int32  prompt + completion, right-padded
+    prompt_lens   [N]    int32  prompt length of each row
+    completion    [N, C] int32  the generated tokens (targets), padded
+    mask          [N, C] bool   real completion tokens (all False = padding row)
+    advantages    [N, C] f32    per-token advantages (a per-sequence one broadcast)
+    old_logp      [N, C] f32    log π_old: the sampler's or recomputed (`score`)
+    ref_logp      [N, C] f32    log π_ref (only read when the KL is in the loss)
+    behavior_logp [N, C] f32    optional: sampler log-probs for truncated IS
+
+Log-probs are taken at `temperature` (the sampling temperature, as the
+sampler's log-probs are), only at completion positions: the final hidden
+states are gathered at the C positions that predict completion tokens, and
+logits are formed `logits_chunk` positions at a time under `jax.checkpoint`,
+so neither the forward nor the backward pass holds more than
+[N, logits_chunk, V] logits.
+
+`train_step` runs `epochs` passes over the batch, each split into
+`minibatches` optimizer steps (PPO epochs; a fresh row permutation per epoch
+when there is more than one minibatch), inside one compiled program.
+Metrics are means over those optimizer steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+import models
+from models.config import ModelConfig
+from models.sharding import ActivationSharding
+from rl import losses
+from rl.algorithm import Algorithm
+
+BATCH_KEYS = ("tokens", "prompt_lens", "completion", "mask", "advantages", "old_logp",
+              "ref_logp")
+OPTIONAL_KEYS = ("behavior_logp",)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class TrainState:
+    """Everything the update changes: a pytree, donated to `train_step`."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array  # int32 []: train_step calls so far
+    rng: jax.Array   # PRNG key for minibatch order and stochastic losses
+
+
+def token_logprobs(config: ModelConfig, params: dict, tokens: jax.Array,
+                   prompt_lens: jax.Array, completion: jax.Array, *,
+                   temperature: float = 1.0, logits_chunk: int = 256,
+                   sharding: ActivationSharding | None = None) -> tuple[jax.Array, jax.Array]:
+    """Per-token log-probs and entropies of the completion tokens.
+
+    tokens [N, T], prompt_lens [N], completion [N, C] -> (logp [N, C], entropy [N, C]),
+    fp32, under softmax(logits / temperature). Completion token j of row i is
+    tokens[i, prompt_lens[i] + j]; it is predicted at position prompt_lens[i] + j - 1.
+    """
+    chex.assert_rank([tokens, prompt_lens, completion], [2, 1, 2])
+    n, t = tokens.shape
+    c = completion.shape[1]
+    hidden = models.hidden_states(config, params, tokens, sharding=sharding)  # [N, T, D]
+    where = jnp.clip(prompt_lens[:, None] - 1 + jnp.arange(c)[None, :], 0, t - 1)
+    hidden = jnp.take_along_axis(hidden, where[..., None], axis=1)           # [N, C, D]
+
+    @jax.checkpoint
+    def chunk_stats(h, targets):
+        logits = models.logits_from_hidden(config, params, h) / temperature  # [N, c, V]
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        probs = jnp.exp(logits - lse[..., None])
+        entropy = lse - jnp.sum(probs * logits, axis=-1)
+        return picked - lse, entropy
+
+    size = min(logits_chunk, c)
+    if c % size:
+        raise ValueError(f"completion length {c} is not a multiple of logits_chunk {size}")
+    if size == c:
+        return chunk_stats(hidden, completion)
+    k = c // size
+    hs = hidden.reshape(n, k, size, -1).swapaxes(0, 1)
+    ts = completion.reshape(n, k, size).swapaxes(0, 1)
+    logp, entropy = jax.lax.map(lambda a: chunk_stats(*a), (hs, ts))
+    return (logp.swapaxes(0, 1).reshape(n, c), entropy.swapaxes(0, 1).reshape(n, c))
+
+
+def make_optimizer(lr: float, *, total_steps: int, schedule: str = "constant",
+                   warmup_steps: int = 0, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8, weight_decay: float = 0.0, grad_clip: float = 0.0,
+                   end_lr_fraction: float = 0.0) -> optax.GradientTransformation:
+    """AdamW with a warmup + `constant | linear | cosine` schedule and global-norm clipping.
+
+    `total_steps` counts optimizer steps (RL steps × epochs × minibatches).
+    Weight decay applies to matrices only (not norms or biases); grad_clip 0 = off.
+    """
+    if lr <= 0 or total_steps < 1 or warmup_steps < 0:
+        raise ValueError(f"need lr > 0, total_steps >= 1, warmup_steps >= 0; got {lr}, "
+                         f"{total_steps}, {warmup_steps}")
+    decay_steps = max(total_steps - warmup_steps, 1)
+    end = lr * end_lr_fraction
+    if schedule == "constant":
+        main = optax.constant_schedule(lr)
+    elif schedule == "linear":
+        main = optax.linear_schedule(lr, end, decay_steps)
+    elif schedule == "cosine":
+        main = optax.cosine_decay_schedule(lr, decay_steps, alpha=end_lr_fraction)
+    else:
+        raise ValueError(f"unknown lr schedule {schedule!r} (constant, linear, cosine)")
+    if warmup_steps:
+        main = optax.join_schedules(
+            [optax.linear_schedule(0.0, lr, warmup_steps), main], [warmup_steps])
+    adamw = optax.adamw(main, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                        mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+    return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip else adamw
+
+
+def batch_sharding(act: ActivationSharding, batch: Mapping[str, Any]) -> dict[str, Any]:
+    """NamedSharding per batch array: rows over the mesh's batch axes."""
+    return {k: jax.sharding.NamedSharding(
+        act.mesh, act.spec(("batch",) + (None,) * (v.ndim - 1), v.shape))
+        for k, v in batch.items()}
+
+
+def check_batch(batch: Mapping[str, Any]) -> None:
+    """ValueError naming a missing/unknown key or a shape that does not fit."""
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    unknown = [k for k in batch if k not in BATCH_KEYS + OPTIONAL_KEYS]
+    if missing or unknown:
+        raise ValueError(f"batch keys: missing {missing}, unknown {unknown}")
+    n, c = batch["completion"].shape
+    for key in ("mask", "advantages", "old_logp", "ref_logp") + OPTIONAL_KEYS:
+        if key in batch and tuple(batch[key].shape) != (n, c):
+            raise ValueError(f"batch[{key!r}] has shape {tuple(batch[key].shape)}, "
+                             f"expected {(n, c)}")
+    if batch["tokens"].shape[0] != n or tuple(batch["prompt_lens"].shape) != (n,):
+        raise ValueError("tokens and prompt_lens must have one row per completion row")
+
+
+class Learner:
+    """Compiled policy update for one model architecture and algorithm."""
+
+    def __init__(self, config: ModelConfig, algorithm: Algorithm,
+                 optimizer: optax.GradientTransformation,
+                 sharding: ActivationSharding | None = None, *, epochs: int = 1,
+                 minibatches: int = 1, temperature: float = 1.0, logits_chunk: int = 256):
+        if epochs < 1 or minibatches < 1:
+            raise ValueError(f"epochs and minibatches must be >= 1, got {epochs}, {minibatches}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+        self.config, self.algorithm, self.optimizer = config, algorithm, optimizer
+        self.sharding, self.epochs, self.minibatches = sharding, epochs, minibatches
+        self.temperature, self.logits_chunk = temperature, logits_chunk
+        self.kl_in_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward
+        self.train_step = jax.jit(self._train_step, donate_argnums=0)
+        self.score = jax.jit(self._score)
+
+    def init_state(self, params: Any, rng: jax.Array) -> TrainState:
+        """A TrainState; the optimizer state inherits the params' shardings."""
+        opt_state = jax.jit(self.optimizer.init)(params)
+        return TrainState(params, opt_state, jnp.zeros((), jnp.int32), rng)
+
+    def place(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Checks a host batch and puts it on the mesh, rows split over the batch axes."""
+        check_batch(batch)
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+        if self.sharding is None:
+            return batch
+        return jax.device_put(batch, batch_sharding(self.sharding, batch))
+
+    def _logprobs(self, params, batch):
+        return token_logprobs(self.config, params, batch["tokens"], batch["prompt_lens"],
+                              batch["completion"], temperature=self.temperature,
+                              logits_chunk=self.logits_chunk, sharding=self.sharding)
+
+    def _score(self, params, batch) -> tuple[jax.Array, jax.Array]:
+        """(logp [N, C], entropy [N, C]) of the batch's completions under `params`."""
+        return self._logprobs(params, batch)
+
+    def loss(self, params, batch, rng) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The algorithm's scalar loss on one minibatch and its metrics."""
+        alg = self.algorithm
+        logp, entropy = self._logprobs(params, batch)
+        options = dict(alg.loss_options)
+        entropy_coef = options.pop("entropy_coef", 0.0)
+        if not entropy_coef:
+            entropy = jax.lax.stop_gradient(entropy)
+        is_fipo = alg.reweight == "fipo"
+        return losses.compute(
+            alg.loss, logp, batch["old_logp"], batch["advantages"], batch["mask"], rng,
+            behavior_logp=batch.get("behavior_logp"),
+            reweight="fipo" if is_fipo else None,
+            reweight_options=alg.reweight_options if is_fipo else None,
+            ref_logp=batch["ref_logp"] if self.kl_in_loss else None,
+            kl_coef=alg.kl_coef if self.kl_in_loss else 0.0, kl_kind=alg.kl_kind,
+            kl_clamp=alg.kl_clamp, entropy=entropy, entropy_coef=entropy_coef, **options)
+
+    def _minibatch_step(self, carry, inputs):
+        params, opt_state = carry
+        mb, rng = inputs
+        if self.sharding is not None:
+            mb = {k: self.sharding.constrain(v, ("batch",) + (None,) * (v.ndim - 1))
+                  for k, v in mb.items()}
+        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mb, rng)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), metrics
+
+    def _train_step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Array]]:
+        n = batch["completion"].shape[0]
+        m = self.minibatches
+        if n % m:
+            raise ValueError(f"batch of {n} rows does not split into {m} minibatches")
+        rng, key = jax.random.split(state.rng)
+        perm_keys, loss_keys = jax.random.split(key)
+        perm_keys = jax.random.split(perm_keys, self.epochs)
+        loss_keys = jax.random.split(loss_keys, (self.epochs, m))
+
+        def epoch(carry, keys):
+            perm_key, step_keys = keys
+            order = jax.random.permutation(perm_key, n) if m > 1 else jnp.arange(n)
+            mbs = jax.tree.map(lambda x: x[order].reshape((m, n // m) + x.shape[1:]), batch)
+            return jax.lax.scan(self._minibatch_step, carry, (mbs, step_keys))
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state), (perm_keys, loss_keys))
+        metrics = jax.tree.map(jnp.mean, metrics)
+        return TrainState(params, opt_state, state.step + 1, rng), metrics

@@ -1,0 +1,186 @@
+"""rl.learner: chunked token log-probs, the update against a hand-written step,
+epochs/minibatches, donation, schedules, and mesh (2×2×2) == one device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import models
+from configs import base
+from models import sharding
+from rl import algorithm as algorithm_lib
+from rl import learner as learner_lib
+from rl import losses
+
+CONFIG = models.get_preset("tiny", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4,
+                           num_kv_heads=2, head_dim=8, mlp_dim=64)
+
+
+def make_batch(n=8, prompt=5, c=8, seed=0):
+    rng = np.random.RandomState(seed)
+    prompt_lens = rng.randint(2, prompt + 1, n).astype(np.int32)
+    lengths = rng.randint(1, c + 1, n)
+    completion = rng.randint(0, CONFIG.vocab_size, (n, c)).astype(np.int32)
+    mask = np.arange(c)[None] < lengths[:, None]
+    completion = np.where(mask, completion, 0)
+    tokens = np.zeros((n, prompt + c), np.int32)
+    for i in range(n):
+        tokens[i, :prompt_lens[i]] = rng.randint(0, CONFIG.vocab_size, prompt_lens[i])
+        tokens[i, prompt_lens[i]:prompt_lens[i] + c] = completion[i]
+    return {
+        "tokens": tokens, "prompt_lens": prompt_lens, "completion": completion, "mask": mask,
+        "advantages": np.repeat(rng.randn(n, 1), c, 1).astype(np.float32) * mask,
+        "old_logp": (-rng.rand(n, c) * 3 - 1).astype(np.float32),
+        "ref_logp": (-rng.rand(n, c) * 3 - 1).astype(np.float32),
+    }
+
+
+def make_algorithm(**overrides):
+    rl = base.rl_section()
+    rl.kl.coef = 0.04
+    for key, value in overrides.items():
+        section, _, field = key.partition(".")
+        rl[section][field] = value
+    return algorithm_lib.from_config(rl)
+
+
+def reference_logprobs(params, batch, temperature):
+    logits = models.apply(CONFIG, params, jnp.asarray(batch["tokens"])) / temperature
+    logp_all = jax.nn.log_softmax(logits, -1)
+    c = batch["completion"].shape[1]
+    where = batch["prompt_lens"][:, None] - 1 + np.arange(c)[None]
+    rows = np.arange(len(where))[:, None]
+    lp = logp_all[rows, where]
+    logp = jnp.take_along_axis(lp, jnp.asarray(batch["completion"])[..., None], -1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(lp) * lp, -1)
+    return logp, entropy
+
+
+@pytest.mark.parametrize("chunk", [8, 4, 2])
+def test_token_logprobs_match_full_softmax(chunk):
+    params = models.init(CONFIG, jax.random.key(0))
+    batch = make_batch()
+    logp, entropy = learner_lib.token_logprobs(
+        CONFIG, params, jnp.asarray(batch["tokens"]), jnp.asarray(batch["prompt_lens"]),
+        jnp.asarray(batch["completion"]), temperature=0.7, logits_chunk=chunk)
+    ref_logp, ref_entropy = reference_logprobs(params, batch, 0.7)
+    np.testing.assert_allclose(logp, ref_logp, atol=1e-5)
+    np.testing.assert_allclose(entropy, ref_entropy, atol=1e-5)
+
+
+def test_chunked_gradient_equals_unchunked():
+    params = models.init(CONFIG, jax.random.key(1))
+    batch = {k: jnp.asarray(v) for k, v in make_batch().items()}
+
+    def total(p, chunk):
+        logp, ent = learner_lib.token_logprobs(CONFIG, p, batch["tokens"], batch["prompt_lens"],
+                                               batch["completion"], logits_chunk=chunk)
+        return jnp.sum(jnp.where(batch["mask"], logp + 0.1 * ent, 0.0))
+
+    g8 = jax.grad(total)(params, 8)
+    g2 = jax.grad(total)(params, 2)
+    for a, b in zip(jax.tree.leaves(g8), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_train_step_equals_hand_written_update():
+    alg = make_algorithm(**{"loss.eps_high": 0.28})
+    opt = learner_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0, weight_decay=0.1)
+    learner = learner_lib.Learner(CONFIG, alg, opt, temperature=0.9)
+    params = models.init(CONFIG, jax.random.key(2))
+    batch = make_batch()
+    state = learner.init_state(jax.tree.map(jnp.copy, params), jax.random.key(3))
+    state, metrics = learner.train_step(state, learner.place(batch))
+
+    def loss_fn(p):
+        logp, _ = reference_logprobs(p, batch, 0.9)
+        return losses.compute("ppo", logp, batch["old_logp"], batch["advantages"],
+                              batch["mask"], eps_high=0.28, ref_logp=batch["ref_logp"],
+                              kl_coef=0.04, kl_kind="k3")[0]
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    expected_opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+        1e-3, weight_decay=0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)))
+    updates, _ = expected_opt.update(grads, expected_opt.init(params), params)
+    expected = optax.apply_updates(params, updates)
+    np.testing.assert_allclose(metrics["loss"], loss, atol=1e-5)
+    np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-5)
+    assert int(state.step) == 1
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_state_is_donated_and_epochs_times_minibatches_steps():
+    alg = make_algorithm()
+    opt = learner_lib.make_optimizer(1e-3, total_steps=100)
+    learner = learner_lib.Learner(CONFIG, alg, opt, epochs=3, minibatches=2)
+    state = learner.init_state(models.init(CONFIG, jax.random.key(0)), jax.random.key(1))
+    old = state.params["embed"]
+    state, metrics = learner.train_step(state, learner.place(make_batch()))
+    assert old.is_deleted()
+    counts = [x for x in jax.tree.leaves(state.opt_state) if x.dtype == jnp.int32]
+    assert counts and all(int(x) == 6 for x in counts)
+    # later epochs see moved params: ratios leave 1
+    assert float(metrics["ratio_max"]) > 1.0 or float(metrics["ratio_min"]) < 1.0
+
+
+def test_policy_moves_toward_positive_advantage():
+    alg = make_algorithm(**{"kl.coef": 0.0})
+    learner = learner_lib.Learner(CONFIG, alg, learner_lib.make_optimizer(3e-3, total_steps=20))
+    params = models.init(CONFIG, jax.random.key(4))
+    batch = make_batch(n=4)
+    batch["advantages"] = np.where(batch["mask"], np.array([1, -1, 1, -1])[:, None],
+                                   0).astype(np.float32)
+    before, _ = learner.score(params, learner.place(batch))
+    state = learner.init_state(jax.tree.map(jnp.copy, params), jax.random.key(0))
+    for _ in range(5):
+        batch["old_logp"] = np.asarray(learner.score(state.params, learner.place(batch))[0])
+        state, _ = learner.train_step(state, learner.place(batch))
+    after, _ = learner.score(state.params, learner.place(batch))
+    delta = np.asarray(jnp.sum(jnp.where(batch["mask"], after - before, 0), 1))
+    assert delta[0] > 0 and delta[2] > 0 and delta[1] < 0 and delta[3] < 0
+
+
+def test_mesh_2x2x2_matches_one_device():
+    alg = make_algorithm(**{"loss.eps_high": 0.28})
+    params = models.init(CONFIG, jax.random.key(5))
+    batch = make_batch(n=8, seed=3)
+    results = []
+    for shape in [(1, 1, 1), (2, 2, 2)]:
+        mesh = sharding.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])
+        act = sharding.ActivationSharding(mesh, sharding.make_rules())
+        opt = learner_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
+        learner = learner_lib.Learner(CONFIG, alg, opt, act, minibatches=2, epochs=2)
+        placed = sharding.shard_params(jax.tree.map(jnp.copy, params), CONFIG, mesh)
+        state = learner.init_state(placed, jax.random.key(6))
+        state, metrics = learner.train_step(state, learner.place(batch))
+        results.append((jax.device_get(state.params), jax.device_get(metrics)))
+    (p1, m1), (p8, m8) = results
+    np.testing.assert_allclose(m1["loss"], m8["loss"], atol=1e-5)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_schedules_and_bad_options():
+    opt = learner_lib.make_optimizer(1.0, total_steps=10, warmup_steps=2, schedule="cosine")
+    params = {"w": jnp.ones((2, 2))}
+    state = opt.init(params)
+    lrs = []
+    for _ in range(10):
+        updates, state = opt.update({"w": jnp.ones((2, 2))}, state, params)
+        lrs.append(-float(updates["w"][0, 0]))   # adam's first step size is ~lr
+    assert lrs[0] == pytest.approx(0.0, abs=1e-6) and lrs[2] == pytest.approx(1.0, rel=1e-3)
+    assert lrs[-1] < 0.1
+    with pytest.raises(ValueError, match="schedule"):
+        learner_lib.make_optimizer(1.0, total_steps=10, schedule="step")
+    learner = learner_lib.Learner(CONFIG, make_algorithm(), opt)
+    bad = make_batch()
+    del bad["ref_logp"]
+    with pytest.raises(ValueError, match="missing \\['ref_logp'\\]"):
+        learner.place(bad)
+    bad = make_batch()
+    bad["old_logp"] = bad["old_logp"][:, :3]
+    with pytest.raises(ValueError, match="old_logp"):
+        learner.place(bad)
