@@ -3,5 +3,7 @@
   rl.data.tasks    procedural tasks (countdown, arithmetic) with disjoint
                    train / held-out splits and verified solutions
   rl.data.sources  random-access prompt sources (procedural tasks, JSONL,
-                   Parquet) and the resumable grain batch iterator
+                   Parquet, prepared TFDS datasets in array_record format,
+                   read without TensorFlow) and the resumable grain batch
+                   iterator
 """

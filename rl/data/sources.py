@@ -2,6 +2,8 @@
 
     source = FileSource("prompts.jsonl", template="Q: {question}\\nA:", answer_field="answer")
     source = TaskSource(rl.data.tasks.make("countdown"), split="train", size=100_000)
+    source = TfdsSource("my_prompts", split="train[:1000]", data_dir="/data/tfds",
+                        template="Q: {question}\\nA:", answer_field="answer")
     it = batches(source, batch_size=8, seed=0)
     batch = next(it)              # list[Example]
     state = it.get_state()        # checkpointable: {"next_index": ...}
@@ -10,6 +12,10 @@ A source is `len()` plus `[index] -> Example` (grain's random-access data
 source protocol), so shuffling and resuming are exact. `FileSource` reads
 JSONL or Parquet and checks every row when it is opened: a malformed row
 raises `DataError` naming the file and the row, before any compute.
+`TfdsSource` reads a prepared TFDS dataset stored as array_record, by
+random access and without TensorFlow or the network; the dataset, split,
+file format and feature names are checked when it is opened, and a row
+with a null or empty answer raises `DataError` when it is read.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import string
 from typing import Any
 
 import grain
+import numpy as np
 
 from rl.data.tasks import Example, Task
 
@@ -106,6 +113,112 @@ class FileSource:
 
     def __getitem__(self, index: int) -> Example:
         return self.examples[index]
+
+
+def _plain(value: Any) -> Any:
+    """A TFDS feature value as plain Python: bytes -> str (UTF-8), numpy -> scalars/lists."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _open_tfds(name: str, split: str,
+               data_dir: str | os.PathLike | None) -> tuple[Any, int]:
+    """The prepared array_record builder of `name` in `data_dir` and the size of `split`."""
+    import tensorflow_datasets as tfds
+
+    where = data_dir or tfds.core.constants.DATA_DIR
+    try:  # try_gcs=False and no download_and_prepare: local files only, no network
+        builder = tfds.builder(name, data_dir=data_dir, try_gcs=False)
+    except tfds.core.DatasetNotFoundError:
+        builder = None
+    if builder is None or not builder.is_prepared():
+        raise DataError(f"tfds dataset {name!r} not found in data_dir {where}")
+    info = builder.info
+    stored = sorted(f.value for f in info.available_file_formats())
+    if tfds.core.FileFormat.ARRAY_RECORD.value not in stored:
+        raise DataError(f"tfds dataset {name!r} in {builder.data_dir} is stored as "
+                        f"{', '.join(stored) or 'tfrecord'}, not array_record (prepare it "
+                        f"with file_format='array_record')")
+    try:
+        size = info.splits[split].num_examples
+    except (KeyError, ValueError):
+        raise DataError(f"tfds dataset {name!r} has no split {split!r} "
+                        f"(available: {', '.join(sorted(info.splits))})") from None
+    if size == 0:
+        raise DataError(f"tfds dataset {name!r} split {split!r}: no rows")
+    return builder, size
+
+
+class TfdsSource:
+    """Prompts and answers from a prepared TFDS dataset stored as array_record.
+
+    Opens `tfds.builder(name, data_dir=data_dir, try_gcs=False)` and its
+    `as_data_source(split)`: random access, no TensorFlow, and nothing is
+    downloaded or prepared (the data must already be in `data_dir`, default
+    TFDS_DATA_DIR or ~/tensorflow_datasets). `name` may carry a config and
+    version ("name/config:1.0.0") and `split` a slice ("train[:1000]").
+
+    The prompt is `template.format(**features)`, the verifier's reference is
+    the `answer_field` feature and the uid the `uid_field` feature (default
+    "name/split:index"); bytes are decoded as UTF-8 and numpy values become
+    Python scalars and lists. The dataset, split, file format and the
+    template/answer/uid feature names are checked when the source is opened;
+    rows are read lazily, so a null or empty answer raises `DataError` (naming
+    dataset, split and row index, counted from 0) only when that row is read.
+    """
+
+    def __init__(self, name: str, *, split: str = "train",
+                 data_dir: str | os.PathLike | None = None, template: str = "{prompt}",
+                 answer_field: str = "answer",
+                 uid_field: str | None = None):
+        builder, size = _open_tfds(name, split, data_dir)
+        features = builder.info.features
+        available = sorted(features.keys()) if hasattr(features, "keys") else []
+        # "{meta[lang]}" and "{meta.lang}" need the feature "meta".
+        fields = sorted({field.split(".")[0].split("[")[0]
+                         for _, field, _, _ in string.Formatter().parse(template) if field})
+        for kind, needed in [("template field", fields), ("answer field", [answer_field]),
+                             ("uid field", [uid_field] if uid_field else [])]:
+            for feature in needed:
+                if feature not in available:
+                    raise DataError(f"tfds dataset {name!r}: {kind} {feature!r} is not a "
+                                    f"feature (available: {', '.join(available)})")
+        self.name, self.split, self.size, self.fields = name, split, size, fields
+        self.template, self.answer_field, self.uid_field = template, answer_field, uid_field
+        self.rows = builder.as_data_source(split, file_format="array_record")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _feature(self, row: dict, field: str, index: int) -> Any:
+        try:
+            return _plain(row[field])
+        except UnicodeDecodeError:
+            raise DataError(f"tfds dataset {self.name!r} split {self.split!r} row {index}: "
+                            f"feature {field!r} is not UTF-8 text") from None
+
+    def __getitem__(self, index: int) -> Example:
+        index = int(index)
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        row = self.rows[index]
+        reference = self._feature(row, self.answer_field, index)
+        if reference is None or (isinstance(reference, (str, list, dict)) and not reference):
+            raise DataError(f"tfds dataset {self.name!r} split {self.split!r} row {index}: "
+                            f"field {self.answer_field!r} is null or empty")
+        prompt = self.template.format(**{k: self._feature(row, k, index) for k in self.fields})
+        uid = (str(self._feature(row, self.uid_field, index)) if self.uid_field
+               else f"{self.name}/{self.split}:{index}")
+        return Example(prompt=prompt, reference=reference, solution="", uid=uid)
 
 
 def batches(source, batch_size: int, *, seed: int, shuffle: bool = True,
