@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(PY) -m launch.demo
+	$(PY) -m launch.demo --workdir=runs/demo
 
 clean-venv:
 	rm -rf $(VENV)

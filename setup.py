@@ -27,6 +27,7 @@ setup(
         "jinja2>=3.1",
         "sympy>=1.12",
         "pyarrow>=14",
+        "matplotlib>=3.8",
     ],
     extras_require={
         # torch is the CPU build, installed from a local wheel or the CPU index;

@@ -35,7 +35,46 @@ rl:             the algorithm (docs/algorithms.md has every name and option).
                    kl.in_reward puts it in the reward instead of the loss.
   reweight.name    "" or a token reweighter (fipo, logp_reweight,
                    divergence_weighted, delta_logp_mask) and its options.
-  reward.name      verifier (rl.rewards.names()) and its options.
+  reward.name      verifier (rl.rewards.names()) and its options; "" uses
+                   the procedural task's verifier (file/TFDS data must name one).
+data:           where prompts come from (rl/data).
+  source           task | jsonl | parquet | tfds.
+  task, task.<option>  procedural task (rl.data.tasks: countdown, arithmetic)
+                   and its options (None = the task's default).
+  train_size, heldout_size  examples drawn from a task's train / held-out
+                   split; for files, heldout_size caps the held-out rows.
+  path, heldout_path  JSONL/Parquet files (source jsonl/parquet).
+  tfds_name, tfds_data_dir, tfds_split, tfds_heldout_split  a prepared TFDS
+                   dataset in array_record format (source tfds).
+  template, answer_field, uid_field  how a file/TFDS row becomes a prompt.
+  tokenizer        tokenizer directory; "" = the model's hf_path, or the
+                   built-in byte tokenizer for presets.
+sampling:       rollouts (sampling/).
+  sampler          flat | tree.
+  n                samples per prompt (flat; the tree uses tree.leaves_per_prompt).
+  temperature, top_k, top_p, min_p, max_new_tokens   SamplingParams.
+  page_size, segment_len   paged-KV page and decode-segment sizes.
+  tree.<field>     sampling.TreeConfig fields (None = its default);
+                   first_branching is "4" or a range "2,8".
+train:          the RL loop (rl/trainer.py).
+  steps, prompts_per_step   RL steps and prompts sampled per step.
+  epochs, minibatches       PPO epochs over each batch and optimizer steps per epoch.
+  old_logp         sampler (the sampler's log-probs are π_old; needs top_k/top_p/
+                   min_p off) | recompute (a forward pass before the update;
+                   with loss.tis_cap set, the sampler's log-probs give TIS weights).
+  dynamic_sampling DAPO filter: drop groups whose rewards all agree and sample
+                   more prompts (up to dynamic_max_rounds rounds) to refill.
+  logits_chunk     completion positions per logits block in the learner.
+  log_every, eval_every   console line / held-out eval period (0 = no eval
+                   during training; a final eval always runs).
+  checkpoint_every export the policy as a Hugging Face directory every N steps
+                   (0 = only at the end).
+optim:          AdamW: lr, schedule (constant | linear | cosine), warmup_steps,
+                b1, b2, eps, weight_decay, grad_clip (0 = off), end_lr_fraction.
+eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
+                for each k in `k` ("1,4") from n samples at `temperature`.
+sft:            supervised warm start (launch/sft.py): steps, batch_size, lr,
+                warmup_steps, weight_decay, grad_clip, eval_every.
 """
 
 import ml_collections
@@ -100,16 +139,115 @@ def rl_section() -> ml_collections.ConfigDict:
     rl.reweight.name = ""
     rl.reward = _options(require_all=bool, format_score=float, timeout_s=float,
                          use_sympy=bool, pattern=str, max_chars=int)
-    rl.reward.name = "countdown"
+    rl.reward.name = ""  # "" = the procedural task's own verifier
     return rl
 
 
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """Returns the locked base config; `arg` is an optional model preset name."""
+def data_section() -> ml_collections.ConfigDict:
+    data = ml_collections.ConfigDict()
+    data.source = "task"
+    data.task = _options(num_numbers=int, max_number=int, max_target=int, digits=int, ops=str,
+                         heldout_fraction=float, template=str, answer_template=str)
+    data.task.name = "countdown"
+    data.train_size = 1_000_000
+    data.heldout_size = 200
+    data.path = ""
+    data.heldout_path = ""
+    data.tfds_name = ""
+    data.tfds_data_dir = ""
+    data.tfds_split = "train"
+    data.tfds_heldout_split = "test"
+    data.template = "{prompt}"
+    data.answer_field = "answer"
+    data.uid_field = ""
+    data.tokenizer = ""
+    return data
+
+
+def sampling_section() -> ml_collections.ConfigDict:
+    s = ml_collections.ConfigDict()
+    s.sampler = "flat"
+    s.n = 8
+    s.temperature = 1.0
+    s.top_k = 0
+    s.top_p = 1.0
+    s.min_p = 0.0
+    s.max_new_tokens = 64
+    s.page_size = 16
+    s.segment_len = 64
+    s.tree = _options(segment_len=int, max_depth=int, leaves_per_prompt=int,
+                      first_branching=str, divergence=int, branch_policy=str,
+                      policy_temperature=float, repetition_ngram=int, repetition_count=int,
+                      fallback=bool)
+    return s
+
+
+def train_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
+        "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 3,
+        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "checkpoint_every": 0})
+
+
+def optim_section(lr: float = 1e-6) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "lr": lr, "schedule": "constant", "warmup_steps": 0, "b1": 0.9, "b2": 0.999,
+        "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0, "end_lr_fraction": 0.0})
+
+
+def eval_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "size": 200, "k": "1,4", "n": 4, "temperature": 1.0, "batch_prompts": 64})
+
+
+def sft_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 20, "weight_decay": 0.0,
+        "grad_clip": 1.0, "eval_every": 100})
+
+
+def build(preset: str = "tiny") -> ml_collections.ConfigDict:
+    """The unlocked base config with every section (for other config files to edit)."""
     config = ml_collections.ConfigDict()
-    config.model = model_section(arg or "tiny")
+    config.model = model_section(preset)
     config.mesh = mesh_section()
     config.rl = rl_section()
+    config.data = data_section()
+    config.sampling = sampling_section()
+    config.train = train_section()
+    config.optim = optim_section()
+    config.eval = eval_section()
+    config.sft = sft_section()
     config.seed = 0
+    return config
+
+
+def parse_arg(arg: str | None, default_preset: str = "tiny") -> tuple[str, list[str]]:
+    """`"small,dapo"` -> ("small", ["dapo"]): each comma-separated token is a
+    model preset or an algorithm variant (configs/variants.py)."""
+    from configs import variants
+    from models.config import PRESETS
+
+    preset, chosen = default_preset, []
+    for token in filter(None, (arg or "").split(",")):
+        if token in PRESETS:
+            preset = token
+        elif token in variants.VARIANTS:
+            chosen.append(token)
+        else:
+            raise ValueError(f"config argument {token!r} is neither a model preset "
+                             f"({', '.join(sorted(PRESETS))}) nor an algorithm variant "
+                             f"({', '.join(variants.VARIANTS)})")
+    return preset, chosen
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """The locked base config. `arg`: comma-separated model preset and/or variant."""
+    from configs import variants
+
+    preset, chosen = parse_arg(arg)
+    config = build(preset)
+    for name in chosen:
+        variants.apply(config, name)
     config.lock()
     return config

@@ -64,6 +64,13 @@ def _flags_parser(argv: list[str]) -> list[str]:
     if spec is not None and not os.path.exists(spec.partition(":")[0]):
         print(f"error: config file {spec.partition(':')[0]} does not exist", file=sys.stderr)
         sys.exit(2)
+    if spec is not None:
+        try:  # config_flags would wrap this error in a multi-line message
+            load_config_file(spec)
+        except Exception as e:  # noqa: BLE001 - any failure of the user's config file
+            print(f"error: cannot load config {spec}: {' '.join(str(e).split())}",
+                  file=sys.stderr)
+            sys.exit(2)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
@@ -96,3 +103,28 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")
     app.run(main, flags_parser=_flags_parser)
+
+
+def prepare(cfg, workdir: str, *, with_params: bool = True):
+    """`(run, params)` for an entry point: resolves and checks the config (one-line
+    error, exit 2, before any compute), writes DIR/config.json, builds the policy."""
+    import json
+
+    from rl import build
+
+    try:
+        run_ = build.resolve(cfg, workdir)
+    except build.ERRORS as e:
+        print(f"error: {build.message(e)}", file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        json.dump(cfg.to_dict(), f, indent=2, default=str)
+    if not with_params:
+        return run_, None
+    try:
+        params = build.init_params(run_)
+    except build.ERRORS as e:
+        print(f"error: {build.message(e)}", file=sys.stderr)
+        sys.exit(2)
+    return run_, params

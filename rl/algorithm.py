@@ -67,6 +67,9 @@ def from_config(section: Any) -> Algorithm:
         check_kwargs("advantage reweighter", rw_name, reweighting.REWEIGHTERS.get(rw_name), rw)
 
     reward_name = section["reward"]["name"]
+    if not reward_name:
+        raise ValueError("rl.reward.name is empty: name a verifier "
+                         f"({', '.join(rewards.names())})")
     reward = set_options(section["reward"])
     check_kwargs("verifier", reward_name, rewards.get(reward_name), reward)
 

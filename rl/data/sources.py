@@ -234,5 +234,7 @@ def batches(source, batch_size: int, *, seed: int, shuffle: bool = True,
     dataset = grain.MapDataset.source(source)
     if shuffle:
         dataset = dataset.shuffle(seed=seed)
+    if num_epochs is None:  # "forever": grain's infinite length overflows len() in places
+        num_epochs = max(1, 2**40 // len(source))
     dataset = dataset.repeat(num_epochs).batch(batch_size, batch_fn=list)
     return iter(dataset.to_iter_dataset())

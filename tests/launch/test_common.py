@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _demo(*args, timeout=300):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    return subprocess.run([sys.executable, "-m", "launch.demo", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "launch.smoke", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -34,8 +34,8 @@ def test_bad_config_flags_fail_in_one_line(args, message):
 
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end():
+def test_smoke_runs_end_to_end():
     result = _demo("--config.model.num_layers=2", "--new_tokens=4", "--batch=2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "hugging face export round trip: exact" in result.stdout
-    assert result.stdout.strip().endswith("demo: ok")
+    assert result.stdout.strip().endswith("smoke: ok")

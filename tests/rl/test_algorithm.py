@@ -10,6 +10,7 @@ from rl.registry import RegistryError
 
 def rl_config(**overrides):
     cfg = base.get_config().rl
+    cfg.reward.name = "countdown"
     for key, value in overrides.items():
         section, name = key.split("__")
         cfg[section][name] = value

@@ -40,6 +40,7 @@ def make_batch(n=8, prompt=5, c=8, seed=0):
 def make_algorithm(**overrides):
     rl = base.rl_section()
     rl.kl.coef = 0.04
+    rl.reward.name = "countdown"
     for key, value in overrides.items():
         section, _, field = key.partition(".")
         rl[section][field] = value

@@ -1,0 +1,90 @@
+"""One RL step on workload W1, timed: the first step (compile included) and the steady step.
+
+W1: the Qwen2-shaped `tiny` preset (4.07M params: vocab 512, hidden 256, 4
+layers, 4 heads, 2 KV heads, MLP 1024, tied embeddings, fp32), 4 prompts ×
+4 samples × 64 new tokens at temperature 0.9, a frozen reference model with
+β = 0.04 (k3 KL in the loss), AdamW lr 1e-5, one optimizer step per batch.
+Prompts are countdown problems through the byte tokenizer; completions of the
+random-init policy run to the full 64 tokens (eos is sampled rarely), so each
+step decodes 1,024 tokens. A step is what `rl.trainer.Trainer.step` does:
+sample + verify (rollout), reference log-probs (reference), advantages and
+the jitted train step (update), each timed to completion.
+
+    python benchmarks/rl_step.py --json
+    python benchmarks/rl_step.py --steps 30 --max_new_tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import base, variants
+
+
+def w1_config(max_new_tokens: int = 64):
+    cfg = base.build("tiny")
+    variants.apply(cfg, "grpo")
+    cfg.rl.loss.agg = "token_mean"
+    cfg.rl.kl.kind, cfg.rl.kl.coef = "k3", 0.04
+    cfg.data.task.name = "countdown"
+    cfg.sampling.n = 4
+    cfg.sampling.temperature = 0.9
+    cfg.sampling.max_new_tokens = max_new_tokens
+    cfg.train.prompts_per_step = 4
+    cfg.train.epochs = cfg.train.minibatches = 1
+    cfg.optim.lr = 1e-5
+    cfg.mesh.data = 1
+    cfg.lock()
+    return cfg
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--steps", type=int, default=20, help="steps after the first")
+    parser.add_argument("--max_new_tokens", type=int, default=64)
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    import jax  # noqa: F401  (import time is not part of the first step)
+
+    from rl import build
+    from rl.trainer import Trainer
+
+    cfg = w1_config(args.max_new_tokens)
+    with tempfile.TemporaryDirectory() as workdir:
+        run = build.resolve(cfg, workdir)
+        params = build.init_params(run)
+        trainer = Trainer(run, params, workdir, stream=io.StringIO())
+        setup = time.perf_counter() - start
+        steps = [trainer.step() for _ in range(args.steps + 1)]
+        trainer.log.close()
+    keys = ("time/step", "time/rollout", "time/reference", "time/update")
+    first = {k: steps[0][k] for k in keys}
+    steady = {k: statistics.median(s[k] for s in steps[1:]) for k in keys}
+    tokens = statistics.median(s["generated_tokens"] for s in steps[1:])
+    rows = [
+        {"workload": "W1", "phase": "first_step", **first, "setup_s": setup},
+        {"workload": "W1", "phase": f"steady_median_of_{args.steps}", **steady,
+         "generated_tokens": tokens, "params_M": run.model_config.num_params() / 1e6,
+         "final_kl": steps[-1].get("kl")},
+    ]
+    for row in rows:
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print("  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in row.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""A run's parts from a config, with every name, option and file checked first.
+
+    run = rl.build.resolve(cfg, workdir)     # no compute: fails fast, one line
+    params = rl.build.init_params(run)       # the policy, placed on the mesh
+
+`resolve` turns the config into: the model architecture (with the
+tokenizer's special ids), the tokenizer, the algorithm (`rl.algorithm`),
+train and held-out prompt sources, sampling parameters, the tree shape,
+the mesh, and the eval settings. Anything wrong (a verifier or task that
+is not registered, an option a component does not take, a data file that
+does not exist, a malformed row, a shape that does not fit) raises one of
+`ERRORS` with a one-line message before any array is built; the entry
+points print it as `error: ...` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Any
+
+import jax
+
+import models
+from models import sharding
+from models.config import ModelConfig
+from models.safetensors_io import CheckpointError
+from rl import algorithm as algorithm_lib
+from rl.algorithm import Algorithm, set_options
+from rl.data import sources as sources_lib
+from rl.data import tasks as tasks_lib
+from rl.registry import RegistryError
+from rl.rewards import RewardInputError
+from sampling import SamplingParams, TreeConfig
+
+ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError, ValueError,
+          KeyError, FileNotFoundError)
+OLD_LOGP_SOURCES = ("sampler", "recompute")
+DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
+
+
+@dataclasses.dataclass
+class Run:
+    cfg: Any
+    model_config: ModelConfig
+    tokenizer: Any
+    tokenizer_dir: str
+    algorithm: Algorithm
+    train_source: Any
+    heldout_source: Any | None
+    sampling_params: SamplingParams
+    tree: TreeConfig | None
+    mesh: Any
+    rules: Any
+    act: sharding.ActivationSharding
+    eval_ks: tuple[int, ...]
+
+    @property
+    def samples_per_prompt(self) -> int:
+        return self.tree.leaves_per_prompt if self.tree else int(self.cfg.sampling.n)
+
+    @property
+    def completion_len(self) -> int:
+        """C: the most tokens a completion can have."""
+        if self.tree:
+            return self.tree.segment_len * self.tree.max_depth
+        return self.sampling_params.max_new_tokens
+
+
+def message(error: BaseException) -> str:
+    """The one-line form of a build error (KeyError quotes its text)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(str(text).split())
+
+
+def _tokenizer(cfg, workdir: str | None) -> tuple[Any, str]:
+    path = cfg.data.tokenizer or cfg.model.hf_path
+    if not path:
+        from models.byte_tokenizer import save_byte_tokenizer
+        path = os.path.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
+        save_byte_tokenizer(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"tokenizer directory {path} does not exist")
+    return models.load_tokenizer(path), path
+
+
+def _model_config(cfg, tokenizer) -> ModelConfig:
+    config = models.from_config_section(cfg.model)
+    if not config.eos_token_ids:
+        if not tokenizer.eos_ids:
+            raise ValueError("neither the model nor the tokenizer defines an eos token")
+        config = config.replace(eos_token_ids=tuple(tokenizer.eos_ids),
+                                bos_token_id=tokenizer.bos_id, pad_token_id=tokenizer.pad_id)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size "
+                         f"is {config.vocab_size}")
+    return config
+
+
+def make_sources(data) -> tuple[Any, Any | None, str]:
+    """(train source, held-out source or None, the task's verifier or "")."""
+    if data.source not in DATA_SOURCES:
+        raise ValueError(f"unknown data.source {data.source!r} (choose from "
+                         f"{', '.join(DATA_SOURCES)})")
+    fields = {"template": data.template, "answer_field": data.answer_field,
+              "uid_field": data.uid_field or None}
+    if data.source == "task":
+        task = tasks_lib.make(data.task.name, **set_options(data.task))
+        return (sources_lib.TaskSource(task, "train", data.train_size),
+                sources_lib.TaskSource(task, "heldout", data.heldout_size), task.reward)
+    if data.source == "tfds":
+        if not data.tfds_name:
+            raise ValueError("data.source is tfds but data.tfds_name is empty")
+        opts = dict(data_dir=data.tfds_data_dir or None, **fields)
+        train = sources_lib.TfdsSource(data.tfds_name, split=data.tfds_split, **opts)
+        heldout = (sources_lib.TfdsSource(data.tfds_name, split=data.tfds_heldout_split, **opts)
+                   if data.tfds_heldout_split else None)
+        return train, heldout, ""
+    if not data.path:
+        raise ValueError(f"data.source is {data.source} but data.path is empty")
+    for path in filter(None, (data.path, data.heldout_path)):
+        if not path.endswith(f".{data.source}"):
+            raise ValueError(f"data.source is {data.source} but {path} is not a "
+                             f".{data.source} file")
+    train = sources_lib.FileSource(data.path, **fields)
+    heldout = sources_lib.FileSource(data.heldout_path, **fields) if data.heldout_path else None
+    return train, heldout, ""
+
+
+def _tree(section) -> TreeConfig:
+    opts = set_options(section, exclude=())
+    if "first_branching" in opts:
+        parts = [int(p) for p in str(opts["first_branching"]).split(",")]
+        if len(parts) not in (1, 2):
+            raise ValueError(f"sampling.tree.first_branching must be 'k' or 'lo,hi', got "
+                             f"{opts['first_branching']!r}")
+        opts["first_branching"] = parts[0] if len(parts) == 1 else tuple(parts)
+    return TreeConfig(**opts)
+
+
+def _eval_ks(section) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(k) for k in str(section.k).split(",") if k.strip()}))
+    except ValueError:
+        raise ValueError(f"eval.k must be comma-separated ints, got {section.k!r}") from None
+    if not ks or ks[0] < 1 or ks[-1] > section.n:
+        raise ValueError(f"eval.k values must be in [1, eval.n={section.n}], got {section.k!r}")
+    return ks
+
+
+def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
+    train = cfg.train
+    if train.old_logp not in OLD_LOGP_SOURCES:
+        raise ValueError(f"train.old_logp must be one of {OLD_LOGP_SOURCES}, got "
+                         f"{train.old_logp!r}")
+    if train.old_logp == "sampler" and (sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0):
+        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
+                         "log-probs are then those of the policy at the sampling temperature); "
+                         "use train.old_logp=recompute")
+    if sp.temperature <= 0:
+        raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
+    rows = train.prompts_per_step * samples
+    for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",
+                 "log_every", "dynamic_max_rounds"):
+        if train[name] < 1:
+            raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
+    if rows % train.minibatches:
+        raise ValueError(f"train.minibatches={train.minibatches} does not divide the "
+                         f"{rows} rows of a step (prompts_per_step × samples per prompt)")
+    if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
+        raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
+                         f"sampling.n must be >= 2")
+
+
+def needs_reference(alg: Algorithm) -> bool:
+    """Whether the run keeps a frozen reference policy."""
+    return alg.kl_coef > 0 or alg.reweight in ("delta_logp_mask", "divergence_weighted")
+
+
+def resolve(cfg, workdir: str | None = None) -> Run:
+    """Everything but the parameters, validated; raises one of ERRORS."""
+    rl = cfg.rl.copy_and_resolve_references()
+    train, heldout, task_reward = make_sources(cfg.data)
+    if not rl.reward.name:
+        if not task_reward:
+            raise ValueError("rl.reward.name is empty: name the verifier for this dataset "
+                             "(rl.rewards: countdown, arithmetic, math, format)")
+        rl.reward.name = task_reward
+    alg = algorithm_lib.from_config(rl)
+    s = cfg.sampling
+    if s.sampler not in ("flat", "tree"):
+        raise ValueError(f"sampling.sampler must be flat or tree, got {s.sampler!r}")
+    sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                        min_p=s.min_p, max_new_tokens=s.max_new_tokens)
+    tree = _tree(s.tree) if s.sampler == "tree" else None
+    if tree is None and set_options(s.tree, exclude=()):
+        raise ValueError("sampling.tree options are set but sampling.sampler is flat")
+    samples = tree.leaves_per_prompt if tree else s.n
+    _check_train(cfg, alg, sp, samples)
+    if alg.advantage == "tree" and tree is None:
+        raise ValueError("advantage tree needs sampling.sampler=tree")
+    eval_ks = _eval_ks(cfg.eval)
+    mesh, rules = sharding.from_config_section(cfg.mesh)
+    tokenizer, tokenizer_dir = _tokenizer(cfg, workdir)
+    model_config = _model_config(cfg, tokenizer)
+    return Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
+               rules, sharding.ActivationSharding(mesh, rules), eval_ks)
+
+
+def init_params(run: Run) -> Any:
+    """The initial policy: `model.hf_path`'s weights, or a fresh init from `seed`."""
+    cfg = run.cfg
+    if cfg.model.hf_path:
+        _, params = models.load_pretrained(cfg.model.hf_path, run.model_config.weight_dtype,
+                                           mesh=run.mesh, rules=run.rules)
+        return params
+    return sharding.init_sharded(run.model_config, jax.random.key(cfg.seed), run.mesh,
+                                 run.rules)
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of a prompt, starting with bos when the tokenizer has one."""
+    ids = tokenizer.encode(text)
+    bos = tokenizer.bos_id
+    if bos is not None and (not ids or ids[0] != bos):
+        ids = [bos] + ids
+    return ids
+
+
+def export(path: str, run: Run, params: Any) -> str:
+    """Writes the policy and its tokenizer as a Hugging Face directory."""
+    import shutil
+
+    models.save_pretrained(path, run.model_config, params)
+    for name in os.listdir(run.tokenizer_dir):
+        src = os.path.join(run.tokenizer_dir, name)
+        if os.path.isfile(src) and not os.path.exists(os.path.join(path, name)):
+            shutil.copy(src, path)
+    return path

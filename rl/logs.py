@@ -1,0 +1,129 @@
+"""Run logs: `metrics.jsonl`, TensorBoard event files, a console progress line, a PNG plot.
+
+    log = RunLog(workdir, total_steps)
+    log.write(step, {"reward/mean": 0.4, ...})   # one JSON object per call
+    log.close()
+    plot(workdir)                                 # workdir/progress.png
+
+Keys under `time/` and `perf/` are wall-clock measurements; everything else
+is a pure function of the config and seed (`TIMING_PREFIXES`), which the
+determinism test relies on. TensorBoard files are written with
+`tensorboard.summary.Writer`, which needs no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+
+TIMING_PREFIXES = ("time/", "perf/")
+CONSOLE_KEYS = (("reward/mean", "reward"), ("accuracy", "acc"), ("heldout/accuracy", "heldout"),
+                ("kl", "kl"), ("entropy", "ent"), ("response_length/mean", "len"),
+                ("time/step", "s/step"))
+
+
+def _number(value) -> float | int | None:
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class RunLog:
+    """Appends step metrics to DIR/metrics.jsonl and DIR/tensorboard, prints progress."""
+
+    def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
+                 stream=None, name: str = "train", every: int = 1):
+        os.makedirs(workdir, exist_ok=True)
+        self.path = os.path.join(workdir, "metrics.jsonl" if name == "train"
+                                 else f"{name}_metrics.jsonl")
+        self.file = open(self.path, "w")  # noqa: SIM115 - open for the run
+        self.total, self.name, self.every = total_steps, name, every
+        self.stream = stream or sys.stdout
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.perf_counter()
+        self.writer = None
+        if tensorboard:
+            from tensorboard.summary import Writer
+            self.writer = Writer(os.path.join(workdir, "tensorboard", name))
+
+    def write(self, step: int, metrics: Mapping[str, object], *, console: bool = True) -> None:
+        record = {"step": int(step)}
+        for key, value in sorted(metrics.items()):
+            record[key] = _number(value)
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for key, value in record.items():
+                if key != "step" and value is not None:
+                    self.writer.add_scalar(key, value, step=int(step))
+            self.writer.flush()
+        if console and (step % self.every == 0 or step == self.total):
+            self.progress(step, record)
+
+    def progress(self, step: int, record: Mapping[str, object]) -> None:
+        done = step / max(self.total, 1)
+        width = 20
+        bar = "#" * int(done * width) + "." * (width - int(done * width))
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / max(step, 1) * (self.total - step)
+        parts = [f"{self.name} {step}/{self.total} [{bar}]"]
+        for key, short in CONSOLE_KEYS:
+            if record.get(key) is not None:
+                parts.append(f"{short} {record[key]:.3g}")
+        parts.append(f"elapsed {elapsed:.0f}s eta {eta:.0f}s")
+        line = "  ".join(parts)
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if step == self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def strip_timing(records: list[dict]) -> list[dict]:
+    """Records without the wall-clock keys (for comparing two runs)."""
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in records]
+
+
+def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
+    """PNG of training reward and held-out accuracy per step from DIR/metrics.jsonl."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read(os.path.join(workdir, "metrics.jsonl"))
+    out = out or os.path.join(workdir, "progress.png")
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for key, label, style in (("reward/mean", "train reward (mean)", "-"),
+                              ("accuracy", "train accuracy", ":"),
+                              ("heldout/accuracy", "held-out accuracy (greedy)", "o-")):
+        points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, style, label=label)
+    ax.set_xlabel("RL step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title or os.path.basename(os.path.abspath(workdir)))
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

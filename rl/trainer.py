@@ -1,0 +1,268 @@
+"""The RL loop: prompts -> rollouts -> rewards -> advantages -> filter -> update -> eval.
+
+    run = rl.build.resolve(cfg, workdir)
+    trainer = Trainer(run, rl.build.init_params(run), workdir)
+    summary = trainer.run()      # {"before": {...}, "after": {...}} held-out metrics
+
+One step (`Trainer.step`):
+  1. take `prompts_per_step` prompts from the resumable grain iterator;
+  2. sample `n` completions each (flat) or a tree of leaves (tree), with the
+     sampler's log-probs;
+  3. score them with the verifier; with `train.dynamic_sampling` (DAPO) drop
+     groups whose rewards all agree and sample more prompts, up to
+     `dynamic_max_rounds` rounds, to refill the batch;
+  4. reference log-probs (when the algorithm has a reference), π_old
+     (`train.old_logp`: the sampler's or recomputed), a KL penalty in the
+     reward (`rl.kl.in_reward`);
+  5. advantages (`rl.advantages`), the gradient mask (mc_grpo), reweighting
+     (`rl.reweight`, fipo inside the loss);
+  6. `Learner.train_step` (epochs × minibatches optimizer steps, compiled).
+Held-out eval (greedy accuracy, pass@k) runs before training, every
+`eval_every` steps and at the end. Logs: DIR/metrics.jsonl, DIR/tensorboard,
+a console progress line. Batch shapes are fixed (padding rows are masked),
+so after the first step nothing recompiles unless the prompt-length bucket
+changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import sampling
+from rl import advantages as adv_lib
+from rl import evaluation
+from rl import kl as kl_lib
+from rl import learner as learner_lib
+from rl.batch import assemble
+from rl.build import Run, encode_prompt, export, needs_reference
+from rl.data.sources import batches
+from rl.logs import RunLog
+
+TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
+
+
+@dataclasses.dataclass
+class Groups:
+    """The completions kept for one update, grouped by prompt (rows prompt-major)."""
+
+    prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per row
+    completions: list[list[int]] = dataclasses.field(default_factory=list)
+    logp: list[np.ndarray] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    group_ids: list[int] = dataclasses.field(default_factory=list)
+    paths: list[np.ndarray] = dataclasses.field(default_factory=list)
+    truncated: list[bool] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_groups(self) -> int:
+        return len(set(self.group_ids))
+
+
+def optimizer_for(cfg) -> Any:
+    o, t = cfg.optim, cfg.train
+    return learner_lib.make_optimizer(
+        o.lr, total_steps=t.steps * t.epochs * t.minibatches, schedule=o.schedule,
+        warmup_steps=o.warmup_steps, b1=o.b1, b2=o.b2, eps=o.eps,
+        weight_decay=o.weight_decay, grad_clip=o.grad_clip, end_lr_fraction=o.end_lr_fraction)
+
+
+class Trainer:
+    def __init__(self, run: Run, params: Any, workdir: str, *, stream=None):
+        cfg = run.cfg
+        self.run_, self.cfg, self.workdir = run, cfg, workdir
+        self.alg = run.algorithm
+        self.learner = learner_lib.Learner(
+            run.model_config, self.alg, optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
+            minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
+            logits_chunk=min(cfg.train.logits_chunk, run.completion_len))
+        self.ref_params = (jax.tree.map(jnp.copy, params) if needs_reference(self.alg)
+                           else None)
+        self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
+        self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
+        self.samples = run.samples_per_prompt
+        self.rows = cfg.train.prompts_per_step * self.samples
+        self.rng = jax.random.key(cfg.seed)
+        self.eval_rng = jax.random.key(cfg.seed + 2)
+        self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every)
+        self.step_count = 0
+
+    # -- rollouts ---------------------------------------------------------------------------
+    def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
+        run, s = self.run_, self.cfg.sampling
+        if run.tree is not None:
+            return sampling.tree_generate(run.model_config, self.state.params, prompts,
+                                          run.tree, run.sampling_params, rng)
+        return sampling.generate(run.model_config, self.state.params, prompts, self.samples,
+                                 run.sampling_params, rng, page_size=s.page_size,
+                                 segment_len=s.segment_len)
+
+    def collect(self) -> tuple[Groups, dict[str, float]]:
+        """Samples and scores prompts; applies the dynamic-sampling filter."""
+        cfg, run = self.cfg, self.run_
+        want = cfg.train.prompts_per_step
+        rounds = cfg.train.dynamic_max_rounds if cfg.train.dynamic_sampling else 1
+        kept, sampled_groups, zero_std, all_rewards, gen_tokens = Groups(), 0, 0, [], 0
+        next_gid = 0
+        for _ in range(rounds):
+            examples = next(self.data)
+            prompts = [encode_prompt(run.tokenizer, ex.prompt) for ex in examples]
+            self.rng, key = jax.random.split(self.rng)
+            rollouts = self._sample(prompts, key)
+            rewards = evaluation.score_rollouts(run, rollouts, [ex.reference for ex in examples])
+            all_rewards.append(rewards)
+            gen_tokens += int(rollouts.lengths.sum())
+            for p in range(len(examples)):
+                rows = np.flatnonzero(rollouts.prompt_index == p)
+                sampled_groups += 1
+                flat = np.ptp(rewards[rows]) == 0
+                zero_std += int(flat)
+                if (flat and cfg.train.dynamic_sampling) or kept.num_groups >= want:
+                    continue
+                for r in rows:
+                    kept.prompts.append(prompts[p])
+                    kept.completions.append(rollouts.completion(r))
+                    kept.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
+                    kept.rewards.append(float(rewards[r]))
+                    kept.group_ids.append(next_gid)
+                    kept.truncated.append(rollouts.finish_reason[r] == "length")
+                    if rollouts.paths is not None:
+                        kept.paths.append(rollouts.paths[r])
+                next_gid += 1
+            if kept.num_groups >= want:
+                break
+        rewards = np.concatenate(all_rewards)
+        stats = {"frac_reward_zero_std": zero_std / sampled_groups,
+                 "dynamic/rounds": len(all_rewards), "dynamic/kept_groups": kept.num_groups,
+                 "sampled/reward_mean": float(rewards.mean()),
+                 "sampled/accuracy": float(np.mean(rewards >= evaluation.CORRECT)),
+                 "generated_tokens": gen_tokens}
+        return kept, stats
+
+    # -- advantages ---------------------------------------------------------------------------
+    def advantages(self, groups: Groups, seqs, old_logp, ref_logp) -> tuple[np.ndarray, np.ndarray]:
+        """([rows, C] advantages, [rows, C] gradient mask) for the assembled batch."""
+        alg, n = self.alg, len(groups.rewards)
+        rewards = np.zeros(self.rows, np.float32)
+        rewards[:n] = groups.rewards
+        gids = np.full(self.rows, -1, np.int32)
+        gids[:n] = groups.group_ids
+        valid, mask = seqs.valid, seqs.mask
+        opts = dict(alg.advantage_options)
+        if alg.kl_in_reward and alg.kl_coef > 0:
+            penalty = kl_lib.reward_penalty(alg.kl_kind, old_logp, ref_logp, mask, alg.kl_coef,
+                                            clamp=alg.kl_clamp)
+            if alg.advantage in TOKEN_LEVEL:
+                opts["token_rewards"] = penalty
+            else:
+                rewards = rewards + np.asarray(jnp.sum(penalty, axis=1))
+        if alg.advantage in TOKEN_LEVEL:
+            opts["mask"] = mask
+        if alg.advantage == "tree":
+            paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
+            for i, row in enumerate(groups.paths):
+                paths[i, :len(row)] = row
+            opts["paths"] = paths
+        adv = adv_lib.compute(alg.advantage, rewards, gids, valid=valid, **opts)
+        keep = adv_lib.gradient_mask(alg.advantage, rewards, gids, valid=valid)
+        grad_mask = mask & np.asarray(keep)[:, None]
+        if alg.reweight and alg.reweight != "fipo":
+            inputs = {"logp_reweight": {"old_logp": old_logp},
+                      "delta_logp_mask": {"old_logp": old_logp, "ref_logp": ref_logp},
+                      "divergence_weighted": {"divergence": kl_lib.estimate(
+                          "k3", old_logp, ref_logp) if ref_logp is not None else None},
+                      }[alg.reweight]
+            adv = adv_lib.reweight(alg.reweight, adv, grad_mask, **inputs,
+                                   **alg.reweight_options)
+        adv = np.broadcast_to(np.asarray(adv, np.float32).reshape(self.rows, -1), mask.shape)
+        return np.where(grad_mask, adv, 0.0).astype(np.float32), grad_mask
+
+    # -- one step -----------------------------------------------------------------------------
+    def step(self) -> dict[str, float]:
+        run, cfg = self.run_, self.cfg
+        t0 = time.perf_counter()
+        groups, stats = self.collect()
+        seqs = assemble(groups.prompts, groups.completions, completion_len=run.completion_len,
+                        rows=self.rows, sampler_logp=groups.logp)
+        t1 = time.perf_counter()
+        inputs = self.learner.place(seqs.learner_inputs() | {
+            "advantages": np.zeros(seqs.mask.shape, np.float32),
+            "old_logp": seqs.sampler_logp, "ref_logp": np.zeros(seqs.mask.shape, np.float32)})
+        ref_logp = old_logp = None
+        if self.ref_params is not None:
+            ref_logp = np.asarray(self.learner.score(self.ref_params, inputs)[0])
+        if cfg.train.old_logp == "recompute":
+            old_logp = np.asarray(self.learner.score(self.state.params, inputs)[0])
+        else:
+            old_logp = seqs.sampler_logp
+        t2 = time.perf_counter()
+        adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
+        batch = seqs.learner_inputs() | {
+            "mask": grad_mask, "advantages": adv, "old_logp": old_logp,
+            "ref_logp": ref_logp if ref_logp is not None else np.zeros_like(old_logp)}
+        if cfg.train.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
+            batch["behavior_logp"] = seqs.sampler_logp
+        self.state, learner_metrics = self.learner.train_step(self.state,
+                                                              self.learner.place(batch))
+        learner_metrics = jax.device_get(learner_metrics)
+        t3 = time.perf_counter()
+        self.step_count += 1
+
+        n = len(groups.rewards)
+        rewards = np.asarray(groups.rewards, np.float32)
+        lengths = np.array([len(c) for c in groups.completions]) if n else np.zeros(1)
+        metrics = dict(stats)
+        metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
+        for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
+            if f"learner/{key}" in metrics:
+                metrics[key] = metrics[f"learner/{key}"]
+        metrics.update({
+            "reward/mean": float(rewards.mean()) if n else 0.0,
+            "reward/std": float(rewards.std()) if n else 0.0,
+            "accuracy": float(np.mean(rewards >= evaluation.CORRECT)) if n else 0.0,
+            "response_length/mean": float(lengths.mean()),
+            "response_length/max": int(lengths.max()),
+            "response_length/truncated_frac": float(np.mean(groups.truncated)) if n else 0.0,
+            "batch/rows": n, "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean())
+            if grad_mask.any() else 0.0,
+            "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
+            "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
+        })
+        return metrics
+
+    # -- the loop -----------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = evaluation.evaluate(self.run_, self.state.params, self.eval_rng)
+        if metrics:
+            metrics["time/eval"] = time.perf_counter() - start
+        return metrics
+
+    def export(self, name: str) -> str:
+        return export(os.path.join(self.workdir, name), self.run_, self.state.params)
+
+    def run(self) -> dict[str, dict[str, float]]:
+        cfg = self.cfg
+        before = self.evaluate()
+        if before:
+            self.log.write(0, before, console=False)
+        metrics = {}
+        for step in range(1, cfg.train.steps + 1):
+            metrics = self.step()
+            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
+                metrics.update(self.evaluate())
+            if step == cfg.train.steps:
+                metrics.update(self.evaluate())
+            if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
+                self.export(os.path.join("checkpoints", f"step_{step}"))
+            self.log.write(step, metrics)
+        self.export("final")
+        self.log.close()
+        after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
+        return {"before": before, "after": after}

@@ -1,0 +1,64 @@
+"""launch.train / launch.sft / launch.evaluate: bad input fails in one line, before compute."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _launch(module, *args, timeout=120):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("module", ["launch.train", "launch.sft"])
+@pytest.mark.parametrize("args,message", [
+    (["--config.train.stepz=3"], "error: config key 'train.stepz' does not exist (train has: "),
+    (["--config.rl.reward.name=sudoku"], "error: unknown verifier 'sudoku'"),
+    (["--config.data.source=jsonl", "--config.data.path=/nonexistent/prompts.jsonl",
+      "--config.rl.reward.name=math"], "error: data file /nonexistent/prompts.jsonl does not exist"),
+    (["--config=configs/demo.py:grpo,sarsa"],
+     ("error: cannot load config configs/demo.py:grpo,sarsa: config argument 'sarsa' "
+      "is neither")),
+])
+def test_bad_input_fails_in_one_line_before_compute(tmp_path, module, args, message):
+    result = _launch(module, f"--workdir={tmp_path / 'run'}", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+    assert not os.path.exists(tmp_path / "run" / "sft_metrics.jsonl")
+
+
+def test_evaluate_rejects_a_directory_without_a_model(tmp_path):
+    result = _launch("launch.evaluate", f"--checkpoint={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {tmp_path}")
+
+
+@pytest.mark.slow
+def test_sft_then_train_then_evaluate_end_to_end(tmp_path):
+    small = ["--config.model.num_layers=1", "--config.model.hidden_size=64",
+             "--config.model.mlp_dim=128", "--config.eval.size=4", "--config.eval.n=2",
+             "--config.eval.k=1,2", "--config.data.heldout_size=4"]
+    sft = _launch("launch.sft", f"--workdir={tmp_path / 'sft'}", "--config.sft.steps=2",
+                  "--config.sft.batch_size=8", *small, timeout=600)
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    assert sft.stdout.strip().splitlines()[-1].startswith("heldout_accuracy: before=")
+    train = _launch("launch.train", f"--workdir={tmp_path / 'rl'}", "--config.train.steps=2",
+                    "--config.train.prompts_per_step=1", "--config.train.eval_every=0",
+                    f"--config.model.hf_path={tmp_path / 'sft' / 'sft'}", *small, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert train.stdout.strip().splitlines()[-1].startswith("heldout_accuracy: before=")
+    assert os.path.exists(tmp_path / "rl" / "progress.png")
+    ev = _launch("launch.evaluate", f"--checkpoint={tmp_path / 'rl'}", "--config.eval.size=4",
+                 "--config.eval.n=2", "--config.eval.k=1,2", "--config.data.heldout_size=4",
+                 f"--output={tmp_path / 'eval.json'}", timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "heldout/pass@2:" in ev.stdout and os.path.exists(tmp_path / "eval.json")

@@ -1,0 +1,166 @@
+"""rl.trainer / rl.sft / rl.evaluation / rl.batch on a very small model: the loop runs,
+logs what it promises, is deterministic, and every algorithm variant trains."""
+
+import io
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+
+from configs import base, variants
+from rl import batch as batch_lib
+from rl import build, evaluation, logs, sft
+from rl.trainer import Trainer
+
+REQUIRED = ("reward/mean", "reward/std", "frac_reward_zero_std", "accuracy",
+            "response_length/mean", "clip_frac_low", "clip_frac_high", "entropy", "grad_norm",
+            "perf/tokens_per_s", "time/rollout", "time/reference", "time/update")
+
+
+def small_config(variant="grpo", **overrides):
+    cfg = base.build("tiny")
+    variants.apply(cfg, variant)
+    cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
+    cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
+    cfg.data.task.name = "arithmetic"
+    cfg.data.task.digits = 1
+    cfg.data.heldout_size = 6
+    cfg.sampling.n = 4
+    cfg.sampling.max_new_tokens = 8
+    cfg.sampling.segment_len = 16
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.train.eval_every = 2, 2, 1
+    cfg.optim.lr = 1e-3
+    cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 4
+    cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 3, 4, 0
+    for key, value in overrides.items():
+        node = cfg
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    cfg.lock()
+    return cfg
+
+
+def train(cfg, workdir):
+    run = build.resolve(cfg, str(workdir))
+    trainer = Trainer(run, build.init_params(run), str(workdir), stream=io.StringIO())
+    return trainer.run(), logs.read(os.path.join(workdir, "metrics.jsonl"))
+
+
+def test_pass_at_k_matches_enumeration():
+    for n, c, k in [(4, 0, 1), (4, 1, 2), (5, 2, 3), (6, 6, 2), (6, 3, 6), (7, 1, 1)]:
+        outcomes = [1] * c + [0] * (n - c)
+        subsets = list(itertools.combinations(outcomes, k))
+        expected = np.mean([max(s) for s in subsets])
+        assert evaluation.pass_at_k(n, c, k) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        evaluation.pass_at_k(3, 4, 1)
+
+
+def test_assemble_layout():
+    seqs = batch_lib.assemble([[7, 8, 9], [5]], [[1, 2], [3, 4, 6]], completion_len=4, rows=3,
+                              sampler_logp=[np.array([-1.0, -2.0]), np.array([-3.0, -4, -5])],
+                              prompt_multiple=4)
+    assert seqs.tokens.shape == (3, 8)
+    np.testing.assert_array_equal(seqs.tokens[0, :5], [7, 8, 9, 1, 2])
+    np.testing.assert_array_equal(seqs.tokens[1, :4], [5, 3, 4, 6])
+    np.testing.assert_array_equal(seqs.prompt_lens, [3, 1, 1])
+    np.testing.assert_array_equal(seqs.mask.sum(1), [2, 3, 0])
+    np.testing.assert_array_equal(seqs.valid, [True, True, False])
+    np.testing.assert_array_equal(seqs.sampler_logp[1], [-3, -4, -5, 0])
+    with pytest.raises(ValueError, match="completion_len"):
+        batch_lib.assemble([[1]], [[1] * 5], completion_len=4, rows=1)
+
+
+@pytest.mark.slow
+def test_loop_logs_everything_and_is_deterministic(tmp_path):
+    cfg = small_config()
+    summary, first = train(cfg, tmp_path / "a")
+    _, second = train(cfg, tmp_path / "b")
+    assert [r["step"] for r in first] == [0, 1, 2]
+    for key in REQUIRED:
+        assert all(first[i].get(key) is not None for i in (1, 2)), key
+    assert "heldout/accuracy" in first[0] and "heldout/pass@2" in first[2]
+    assert summary["before"]["heldout/accuracy"] == first[0]["heldout/accuracy"]
+    assert logs.strip_timing(first) == logs.strip_timing(second)
+    assert os.listdir(tmp_path / "a" / "tensorboard" / "train")
+    assert os.path.exists(tmp_path / "a" / "final" / "model.safetensors")
+    assert os.path.exists(tmp_path / "a" / "final" / "tokenizer.json")
+    png = logs.plot(str(tmp_path / "a"))
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(variants.VARIANTS))
+def test_every_variant_trains_one_step(tmp_path, variant):
+    cfg = small_config(variant, **{"train.steps": 1, "train.eval_every": 0,
+                                   "train.old_logp": "recompute", "rl.loss.tis_cap": 2.0})
+    _, records = train(cfg, tmp_path)
+    step = records[-1]
+    assert step["step"] == 1 and np.isfinite(step["learner/loss"])
+    if cfg.rl.kl.coef > 0 and not cfg.rl.kl.in_reward:
+        assert step["kl"] is not None
+
+
+@pytest.mark.slow
+def test_tree_sampler_with_tree_advantage_and_dynamic_sampling(tmp_path):
+    cfg = small_config(**{
+        "sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
+        "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
+        "sampling.tree.page_size": 4, "rl.advantage.name": "tree", "train.steps": 1,
+        "train.dynamic_sampling": True, "train.dynamic_max_rounds": 2, "train.eval_every": 0})
+    _, records = train(cfg, tmp_path)
+    step = records[-1]
+    assert step["response_length/max"] <= 8
+    assert 1 <= step["dynamic/rounds"] <= 2
+    # a random policy almost never answers: every group is filtered, the batch is
+    # all padding and the update is a finite no-op step
+    if step["dynamic/kept_groups"] == 0:
+        assert step["frac_reward_zero_std"] == 1.0 and step["batch/rows"] == 0
+    assert np.isfinite(step["learner/loss"])
+
+
+@pytest.mark.slow
+def test_sft_lowers_the_loss_and_writes_logs(tmp_path):
+    cfg = small_config(**{"sft.steps": 12, "sft.lr": 3e-3, "sft.batch_size": 8})
+    run = build.resolve(cfg, str(tmp_path))
+    _, summary = sft.train(run, build.init_params(run), str(tmp_path),
+                           stream=io.StringIO())
+    records = logs.read(str(tmp_path / "sft_metrics.jsonl"))
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 12 and losses[-1] < losses[0]
+    assert "heldout/accuracy" in summary["after"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"rl.reward.name": "sudoku"}, "unknown verifier 'sudoku'"),
+    ({"data.source": "jsonl", "data.path": "/nonexistent/train.jsonl",
+      "rl.reward.name": "math"}, "/nonexistent/train.jsonl"),
+    ({"data.task.name": "chess"}, "unknown task 'chess'"),
+    ({"train.old_logp": "cache"}, "train.old_logp"),
+    ({"sampling.top_p": 0.9}, "old_logp=sampler"),
+    ({"train.minibatches": 3}, "does not divide"),
+    ({"eval.k": "1,8"}, "eval.k"),
+    ({"sampling.tree.max_depth": 2}, "sampler is flat"),
+])
+def test_bad_configs_fail_in_resolve(overrides, message):
+    with pytest.raises(build.ERRORS) as info:
+        build.resolve(small_config(**overrides))
+    text = build.message(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_metrics_file_is_one_object_per_step(tmp_path):
+    log = logs.RunLog(str(tmp_path), 2, tensorboard=False, stream=io.StringIO())
+    log.write(1, {"a": np.float32(0.5), "b": float("nan"), "time/step": 1.0})
+    log.write(2, {"a": 1})
+    log.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [
+        {"step": 1, "a": 0.5, "b": None, "time/step": 1.0}, {"step": 2, "a": 1}]
+    assert logs.strip_timing(logs.read(str(tmp_path / "metrics.jsonl")))[0] == {
+        "step": 1, "a": 0.5, "b": None}
