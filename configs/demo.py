@@ -39,6 +39,7 @@ def get_config(arg: str | None = None):
     config.train.steps = 200
     config.train.prompts_per_step = 16
     config.train.eval_every = 25
+    config.train.log_every = 10
     config.optim.lr = 7e-5
     config.optim.warmup_steps = 5
     config.rl.kl.coef = 0.0  # no reference model: the demo measures the policy alone

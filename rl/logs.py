@@ -112,7 +112,6 @@ def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
     out = out or os.path.join(workdir, "progress.png")
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for key, label, style in (("reward/mean", "train reward (mean)", "-"),
-                              ("accuracy", "train accuracy", ":"),
                               ("heldout/accuracy", "held-out accuracy (greedy)", "o-")):
         points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         if points:
