@@ -36,7 +36,7 @@ def get_config(arg: str | None = None):
     config.sampling.max_new_tokens = 8
     config.sampling.segment_len = 16
 
-    config.train.steps = 200
+    config.train.steps = 300
     config.train.prompts_per_step = 16
     config.train.eval_every = 25
     config.train.log_every = 10
@@ -48,7 +48,7 @@ def get_config(arg: str | None = None):
     config.eval.n = 4
     config.eval.k = "1,4"
 
-    config.sft.steps = 80
+    config.sft.steps = 60
     config.sft.batch_size = 64
     config.sft.lr = 3e-3
     config.sft.warmup_steps = 20
