@@ -84,6 +84,22 @@ def _flags_parser(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
+def define_config_flag(default_file: str = "demo.py"):
+    """The `--config` flag of an entry point; `run(main, default_config_path(default_file))`
+    supplies the default (see `run` for why the flag itself has none)."""
+    from ml_collections import config_flags
+
+    return config_flags.DEFINE_config_file(
+        "config", None,
+        f"Config file, `path.py[:preset,variant]` (default: configs/{default_file}).")
+
+
+def define_workdir_flag(default: str | None = None):
+    """`--workdir`: the run's output directory (created); required when no default."""
+    return flags.DEFINE_string("workdir", default, "Output directory (created).",
+                               required=default is None)
+
+
 def default_config_path(name: str = "base.py") -> str:
     """Path of a config file shipped in the `configs` package."""
     import configs
@@ -105,7 +121,7 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     app.run(main, flags_parser=_flags_parser)
 
 
-def prepare(cfg, workdir: str, *, with_params: bool = True):
+def prepare(cfg, workdir: str):
     """`(run, params)` for an entry point: resolves and checks the config (one-line
     error, exit 2, before any compute), writes DIR/config.json, builds the policy."""
     import json
@@ -114,17 +130,10 @@ def prepare(cfg, workdir: str, *, with_params: bool = True):
 
     try:
         run_ = build.resolve(cfg, workdir)
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            json.dump(cfg.to_dict(), f, indent=2, default=str)
+        return run_, build.init_params(run_)
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(cfg.to_dict(), f, indent=2, default=str)
-    if not with_params:
-        return run_, None
-    try:
-        params = build.init_params(run_)
-    except build.ERRORS as e:
-        print(f"error: {build.message(e)}", file=sys.stderr)
-        sys.exit(2)
-    return run_, params

@@ -18,14 +18,15 @@ from __future__ import annotations
 import os
 import time
 
-from absl import flags
-from ml_collections import config_flags
+from launch.common import (
+    default_config_path,
+    define_config_flag,
+    define_workdir_flag,
+    run,
+)
 
-from launch.common import default_config_path, run
-
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, `path.py[:variant]` (default: configs/demo.py).")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Output directory (created).")
+_CONFIG = define_config_flag("demo.py")
+_WORKDIR = define_workdir_flag("runs/demo")
 
 
 def main(argv):

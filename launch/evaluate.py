@@ -20,12 +20,10 @@ import os
 import sys
 
 from absl import flags
-from ml_collections import config_flags
 
-from launch.common import default_config_path, run
+from launch.common import default_config_path, define_config_flag, run
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, `path.py[:preset,variant]` (default: configs/demo.py).")
+_CONFIG = define_config_flag("demo.py")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", "", "Hugging Face directory or training workdir; empty = the config's "
     "initial policy.")

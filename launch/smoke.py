@@ -21,15 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
-from ml_collections import config_flags
 
 import models
 import sampling
-from launch.common import default_config_path, run
+from launch.common import default_config_path, define_config_flag, run
 from models import sharding
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, `path.py[:arg]` (default: configs/base.py).")
+_CONFIG = define_config_flag("base.py")
 _BATCH = flags.DEFINE_integer("batch", 8, "Number of prompts.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 16, "Prompt length in tokens.")
 _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 16, "Tokens to generate per prompt.")

@@ -168,7 +168,7 @@ class Learner:
         self.temperature, self.logits_chunk = temperature, logits_chunk
         self.kl_in_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward
         self.train_step = jax.jit(self._train_step, donate_argnums=0)
-        self.score = jax.jit(self._score)
+        self.score = jax.jit(self._logprobs)
 
     def init_state(self, params: Any, rng: jax.Array) -> TrainState:
         """A TrainState; the optimizer state inherits the params' shardings."""
@@ -178,19 +178,22 @@ class Learner:
     def place(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """Checks a host batch and puts it on the mesh, rows split over the batch axes."""
         check_batch(batch)
-        batch = {k: jnp.asarray(v) for k, v in batch.items()}
-        if self.sharding is None:
-            return batch
-        return jax.device_put(batch, batch_sharding(self.sharding, batch))
+        return self.place_arrays(batch)
 
-    def _logprobs(self, params, batch):
+    def place_arrays(self, arrays: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Puts any dict of [N, ...] arrays on the mesh like `place`, unchecked (for
+        `score`, which reads only tokens, prompt_lens and completion)."""
+        arrays = {k: jnp.asarray(v) for k, v in arrays.items()}
+        if self.sharding is None:
+            return arrays
+        return jax.device_put(arrays, batch_sharding(self.sharding, arrays))
+
+    def _logprobs(self, params, batch) -> tuple[jax.Array, jax.Array]:
+        """(logp [N, C], entropy [N, C]) of the batch's completions under `params`;
+        `score` is this, jitted."""
         return token_logprobs(self.config, params, batch["tokens"], batch["prompt_lens"],
                               batch["completion"], temperature=self.temperature,
                               logits_chunk=self.logits_chunk, sharding=self.sharding)
-
-    def _score(self, params, batch) -> tuple[jax.Array, jax.Array]:
-        """(logp [N, C], entropy [N, C]) of the batch's completions under `params`."""
-        return self._logprobs(params, batch)
 
     def loss(self, params, batch, rng) -> tuple[jax.Array, dict[str, jax.Array]]:
         """The algorithm's scalar loss on one minibatch and its metrics."""

@@ -91,7 +91,6 @@ class Trainer:
         self.rng = jax.random.key(cfg.seed)
         self.eval_rng = jax.random.key(cfg.seed + 2)
         self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every)
-        self.step_count = 0
 
     # -- rollouts ---------------------------------------------------------------------------
     def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
@@ -173,11 +172,12 @@ class Trainer:
         keep = adv_lib.gradient_mask(alg.advantage, rewards, gids, valid=valid)
         grad_mask = mask & np.asarray(keep)[:, None]
         if alg.reweight and alg.reweight != "fipo":
-            inputs = {"logp_reweight": {"old_logp": old_logp},
-                      "delta_logp_mask": {"old_logp": old_logp, "ref_logp": ref_logp},
-                      "divergence_weighted": {"divergence": kl_lib.estimate(
-                          "k3", old_logp, ref_logp) if ref_logp is not None else None},
-                      }[alg.reweight]
+            if alg.reweight == "logp_reweight":
+                inputs = {"old_logp": old_logp}
+            elif alg.reweight == "delta_logp_mask":
+                inputs = {"old_logp": old_logp, "ref_logp": ref_logp}
+            else:  # divergence_weighted: per-token k3 estimate of KL(π_old‖π_ref)
+                inputs = {"divergence": kl_lib.estimate("k3", old_logp, ref_logp)}
             adv = adv_lib.reweight(alg.reweight, adv, grad_mask, **inputs,
                                    **alg.reweight_options)
         adv = np.broadcast_to(np.asarray(adv, np.float32).reshape(self.rows, -1), mask.shape)
@@ -191,28 +191,26 @@ class Trainer:
         seqs = assemble(groups.prompts, groups.completions, completion_len=run.completion_len,
                         rows=self.rows, sampler_logp=groups.logp)
         t1 = time.perf_counter()
-        inputs = self.learner.place(seqs.learner_inputs() | {
-            "advantages": np.zeros(seqs.mask.shape, np.float32),
-            "old_logp": seqs.sampler_logp, "ref_logp": np.zeros(seqs.mask.shape, np.float32)})
-        ref_logp = old_logp = None
+        # tokens go to the device once: scored here, then reused by the update
+        sequences = self.learner.place_arrays(seqs.learner_inputs())
+        ref_logp = None
         if self.ref_params is not None:
-            ref_logp = np.asarray(self.learner.score(self.ref_params, inputs)[0])
+            ref_logp = np.asarray(self.learner.score(self.ref_params, sequences)[0])
         if cfg.train.old_logp == "recompute":
-            old_logp = np.asarray(self.learner.score(self.state.params, inputs)[0])
+            old_logp = np.asarray(self.learner.score(self.state.params, sequences)[0])
         else:
             old_logp = seqs.sampler_logp
         t2 = time.perf_counter()
         adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
-        batch = seqs.learner_inputs() | {
-            "mask": grad_mask, "advantages": adv, "old_logp": old_logp,
-            "ref_logp": ref_logp if ref_logp is not None else np.zeros_like(old_logp)}
+        update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
+                  "ref_logp": ref_logp if ref_logp is not None else np.zeros_like(old_logp)}
         if cfg.train.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
-            batch["behavior_logp"] = seqs.sampler_logp
-        self.state, learner_metrics = self.learner.train_step(self.state,
-                                                              self.learner.place(batch))
+            update["behavior_logp"] = seqs.sampler_logp
+        batch = sequences | self.learner.place_arrays(update)
+        learner_lib.check_batch(batch)
+        self.state, learner_metrics = self.learner.train_step(self.state, batch)
         learner_metrics = jax.device_get(learner_metrics)
         t3 = time.perf_counter()
-        self.step_count += 1
 
         n = len(groups.rewards)
         rewards = np.asarray(groups.rewards, np.float32)
