@@ -8,12 +8,15 @@ Stable public API (other packages and external checks call these):
     models.save_pretrained(path, config, params)
     models.load_tokenizer(path) -> Tokenizer
     models.get_preset(name, **overrides) -> ModelConfig
+    models.shared_prefix_hidden_states(config, params, prompts[P, Tp], prompt_lens[P],
+                                       continuations[P, G, S]) -> ([P, Tp, D], [P, G, S, D])
 """
 
 from models.config import PRESETS, ModelConfig, RopeScaling, from_config_section, get_preset
 from models.hf_io import load_pretrained, read_config, save_pretrained
 from models.params import init, param_axes, param_shapes, param_specs
 from models.safetensors_io import CheckpointError
+from models.shared_prefix import shared_prefix_hidden_states
 from models.transformer import apply, hidden_states, logits_from_hidden
 
 
@@ -28,4 +31,5 @@ __all__ = [
     "get_preset",
     "hidden_states", "init", "load_pretrained", "load_tokenizer", "logits_from_hidden",
     "param_axes", "param_shapes", "param_specs", "read_config", "save_pretrained",
+    "shared_prefix_hidden_states",
 ]

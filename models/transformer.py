@@ -15,7 +15,7 @@ propagation.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 
 import chex
 import jax
@@ -43,12 +43,13 @@ def causal_mask(tokens_len: int, segment_ids: jax.Array | None, batch: int) -> j
 
 
 def decoder_layer(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array, sin: jax.Array,
-                  mask: jax.Array, constrain=_no_constraint) -> jax.Array:
-    """One pre-norm block. x: [B, T, D] -> [B, T, D]."""
+                  attend: Callable, constrain=_no_constraint) -> jax.Array:
+    """One pre-norm block. x: [B, T, D] -> [B, T, D]; `attend(q, k, v)` is the
+    attention over roped q [B, T, H, Dh], k, v [B, T, K, Dh] (its mask lives in it)."""
     h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
     q, k, v = layers.qkv_projection(config, p, h, cos, sin)
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
-    attn = layers.causal_attention(q, k, v, mask)
+    attn = attend(q, k, v)
     x = x + constrain(layers.output_projection(config, p, attn), ("batch", "length", "embed"))
     h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
     return x + constrain(layers.mlp(config, p, h), ("batch", "length", "embed"))
@@ -73,8 +74,17 @@ def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array,
     chex.assert_shape(positions, (b, t))
     if segment_ids is not None:
         chex.assert_shape(segment_ids, (b, t))
-    constrain = sharding.constrain if sharding is not None else _no_constraint
+    mask = causal_mask(t, segment_ids, b)
+    return layer_stack(config, params, tokens, positions,
+                       lambda q, k, v: layers.causal_attention(q, k, v, mask), sharding)
 
+
+def layer_stack(config: ModelConfig, params: dict, tokens: jax.Array, positions: jax.Array,
+                attend: Callable, sharding: ActivationSharding | None = None) -> jax.Array:
+    """Embedding, the decoder layers (scanned or unrolled, rematerialised per
+    `config.remat`) and the final norm: tokens/positions [B, T] -> [B, T, D].
+    `attend(q, k, v)` is every layer's attention (see `decoder_layer`)."""
+    constrain = sharding.constrain if sharding is not None else _no_constraint
     dtype = config.compute_dtype
     # FSDP semantics: gather the table's `embed` shards at use (vocab may stay
     # split over `tensor`), so the lookup lands directly in the batch layout.
@@ -82,16 +92,16 @@ def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array,
     x = jnp.take(table, tokens, axis=0).astype(dtype)
     x = constrain(x, ("batch", "length", "embed"))
     cos, sin = layers.rope_tables(config, positions)
-    mask = causal_mask(t, segment_ids, b)
 
-    layer = _remat(functools.partial(decoder_layer, config, constrain=constrain), config.remat)
+    def block(p, x):
+        return decoder_layer(config, p, x, cos, sin, attend, constrain)
+
+    layer = _remat(block, config.remat)
     if config.scan_layers:
-        def body(carry, p):
-            return layer(p, carry, cos, sin, mask), None
-        x, _ = jax.lax.scan(body, x, params["layers"])
+        x, _ = jax.lax.scan(lambda carry, p: (layer(p, carry), None), x, params["layers"])
     else:
         for i in range(config.num_layers):
-            x = layer(jax.tree.map(lambda a: a[i], params["layers"]), x, cos, sin, mask)
+            x = layer(jax.tree.map(lambda a, i=i: a[i], params["layers"]), x)
     return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps)
 
 

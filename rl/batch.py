@@ -1,10 +1,11 @@
 """Host-side assembly of learner batches from prompts and sampled completions.
 
-Rows are laid out as `prompt + completion + padding` (right-padded), so
-every position is its own RoPE position and padding never affects a real
-token under the causal mask. Shapes are bucketed so a run compiles few
-programs: T = round_up(longest prompt, prompt_multiple) + C, and the row
-count is fixed by the caller (padding rows have an all-False mask).
+A batch is P prompt groups of G completions each: the distinct prompts
+`[P, Tp]` (right-padded, Tp = round_up(longest prompt, prompt_multiple) so
+a run compiles few programs) and the completions `[P·G, C]`, group-major.
+The learner runs each prompt once for its G completions
+(`models.shared_prefix_hidden_states`). The group count is fixed by the
+caller; padding groups have a one-token prompt and all-False masks.
 """
 
 from __future__ import annotations
@@ -20,50 +21,52 @@ def round_up(n: int, multiple: int) -> int:
 
 @dataclasses.dataclass
 class Sequences:
-    """[rows, ...] arrays: what the learner scores, plus the sampler's log-probs."""
+    """What the learner scores, plus the sampler's log-probs."""
 
-    tokens: np.ndarray        # [rows, T] int32
-    prompt_lens: np.ndarray   # [rows] int32
-    completion: np.ndarray    # [rows, C] int32
-    mask: np.ndarray          # [rows, C] bool
-    sampler_logp: np.ndarray  # [rows, C] f32 (0 where masked)
-    valid: np.ndarray         # [rows] bool (False = padding row)
+    prompts: np.ndarray       # [P, Tp] int32 right-padded
+    prompt_lens: np.ndarray   # [P] int32 (1 for padding groups)
+    completion: np.ndarray    # [P·G, C] int32
+    mask: np.ndarray          # [P·G, C] bool
+    sampler_logp: np.ndarray  # [P·G, C] f32 (0 where masked)
+    valid: np.ndarray         # [P·G] bool (False = padding row)
 
     def learner_inputs(self) -> dict[str, np.ndarray]:
-        return {"tokens": self.tokens, "prompt_lens": self.prompt_lens,
+        return {"prompts": self.prompts, "prompt_lens": self.prompt_lens,
                 "completion": self.completion, "mask": self.mask}
 
 
-def assemble(prompts: list[list[int]], completions: list[list[int]], *, completion_len: int,
-             rows: int, sampler_logp: list[np.ndarray] | None = None,
+def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_size: int,
+             groups: int, completion_len: int, sampler_logp: list[np.ndarray] | None = None,
              prompt_multiple: int = 16) -> Sequences:
-    """Pads `len(completions)` <= rows sequences into fixed-shape arrays.
+    """Pads `len(prompts)` <= groups prompt groups into fixed-shape arrays.
 
-    prompts[i] / completions[i]: token ids of row i (completions longer than
-    `completion_len` are an error); sampler_logp[i]: one log-prob per
-    completion token.
+    prompts[i]: token ids of group i's prompt; completions[i·G + j]: its j-th
+    completion (longer than `completion_len` is an error); sampler_logp[r]:
+    one log-prob per token of completion r.
     """
-    n = len(completions)
-    if n > rows or len(prompts) != n:
-        raise ValueError(f"{n} completions and {len(prompts)} prompts for {rows} rows")
-    c = completion_len
+    g, c = group_size, completion_len
+    if len(prompts) > groups or len(completions) != len(prompts) * g:
+        raise ValueError(f"{len(prompts)} prompts (at most {groups}) need {len(prompts) * g} "
+                         f"completions of {g} per group, got {len(completions)}")
     longest = max((len(p) for p in prompts), default=1)
-    t = round_up(max(longest, 1), prompt_multiple) + c
-    tokens = np.zeros((rows, t), np.int32)
-    prompt_lens = np.ones(rows, np.int32)
+    tp = round_up(max(longest, 1), prompt_multiple)
+    prompt_arr = np.zeros((groups, tp), np.int32)
+    prompt_lens = np.ones(groups, np.int32)
+    for i, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError(f"prompt {i} is empty")
+        prompt_arr[i, :len(prompt)] = prompt
+        prompt_lens[i] = len(prompt)
+    rows = groups * g
     completion = np.zeros((rows, c), np.int32)
     mask = np.zeros((rows, c), bool)
     logp = np.zeros((rows, c), np.float32)
-    for i, (prompt, comp) in enumerate(zip(prompts, completions)):
+    for i, comp in enumerate(completions):
         if len(comp) > c:
             raise ValueError(f"completion {i} has {len(comp)} tokens > completion_len {c}")
-        p = len(prompt)
-        tokens[i, :p] = prompt
-        tokens[i, p:p + len(comp)] = comp
-        prompt_lens[i] = p
         completion[i, :len(comp)] = comp
         mask[i, :len(comp)] = True
         if sampler_logp is not None:
             logp[i, :len(comp)] = sampler_logp[i][:len(comp)]
-    valid = np.arange(rows) < n
-    return Sequences(tokens, prompt_lens, completion, mask, logp, valid)
+    valid = np.arange(rows) < len(completions)
+    return Sequences(prompt_arr, prompt_lens, completion, mask, logp, valid)

@@ -160,14 +160,14 @@ def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
                          "use train.old_logp=recompute")
     if sp.temperature <= 0:
         raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
-    rows = train.prompts_per_step * samples
     for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",
                  "log_every", "dynamic_max_rounds"):
         if train[name] < 1:
             raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
-    if rows % train.minibatches:
-        raise ValueError(f"train.minibatches={train.minibatches} does not divide the "
-                         f"{rows} rows of a step (prompts_per_step × samples per prompt)")
+    if train.prompts_per_step % train.minibatches:
+        raise ValueError(f"train.minibatches={train.minibatches} does not divide "
+                         f"train.prompts_per_step={train.prompts_per_step}: minibatches are "
+                         "whole prompt groups (a group's samples share its prompt's forward)")
     if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
         raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
                          f"sampling.n must be >= 2")

@@ -5,10 +5,12 @@
     ref_logp, _ = learner.score(ref_params, batch)          # frozen reference
     state, metrics = learner.train_step(state, batch)        # donates `state`
 
-A batch is a dict of arrays, one row per completion (see `Batch` keys):
+A batch is a dict of arrays: one row per prompt group for the prompts, one
+row per completion for the rest, N = P·G rows group-major (row r continues
+prompt r // G; see `BATCH_KEYS`):
 
-    tokens        [N, T] int32  prompt + completion, right-padded
-    prompt_lens   [N]    int32  prompt length of each row
+    prompts       [P, Tp] int32 the distinct prompts, right-padded
+    prompt_lens   [P]    int32  prompt lengths (>= 1)
     completion    [N, C] int32  the generated tokens (targets), padded
     mask          [N, C] bool   real completion tokens (all False = padding row)
     advantages    [N, C] f32    per-token advantages (a per-sequence one broadcast)
@@ -17,15 +19,18 @@ A batch is a dict of arrays, one row per completion (see `Batch` keys):
     behavior_logp [N, C] f32    optional: sampler log-probs for truncated IS
 
 Log-probs are taken at `temperature` (the sampling temperature, as the
-sampler's log-probs are), only at completion positions: the final hidden
-states are gathered at the C positions that predict completion tokens, and
+sampler's log-probs are), only at completion positions. Each prompt is run
+once for its G completions (`models.shared_prefix_hidden_states`: the prompt
+tokens are computed per group, not per row); the final hidden states are
+gathered at the C positions that predict completion tokens, and
 logits are formed `logits_chunk` positions at a time under `jax.checkpoint`,
 so neither the forward nor the backward pass holds more than
 [N, logits_chunk, V] logits.
 
 `train_step` runs `epochs` passes over the batch, each split into
-`minibatches` optimizer steps (PPO epochs; a fresh row permutation per epoch
-when there is more than one minibatch), inside one compiled program.
+`minibatches` optimizer steps of whole prompt groups (PPO epochs; a fresh
+group permutation per epoch when there is more than one minibatch), inside
+one compiled program.
 Metrics are means over those optimizer steps.
 """
 
@@ -46,9 +51,10 @@ from models.sharding import ActivationSharding
 from rl import losses
 from rl.algorithm import Algorithm
 
-BATCH_KEYS = ("tokens", "prompt_lens", "completion", "mask", "advantages", "old_logp",
+BATCH_KEYS = ("prompts", "prompt_lens", "completion", "mask", "advantages", "old_logp",
               "ref_logp")
 OPTIONAL_KEYS = ("behavior_logp",)
+GROUP_KEYS = ("prompts", "prompt_lens")  # one row per prompt group; the rest one per completion
 
 
 @jax.tree_util.register_dataclass
@@ -62,22 +68,34 @@ class TrainState:
     rng: jax.Array   # PRNG key for minibatch order and stochastic losses
 
 
-def token_logprobs(config: ModelConfig, params: dict, tokens: jax.Array,
+def token_logprobs(config: ModelConfig, params: dict, prompts: jax.Array,
                    prompt_lens: jax.Array, completion: jax.Array, *,
                    temperature: float = 1.0, logits_chunk: int = 256,
                    sharding: ActivationSharding | None = None) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs and entropies of the completion tokens.
 
-    tokens [N, T], prompt_lens [N], completion [N, C] -> (logp [N, C], entropy [N, C]),
-    fp32, under softmax(logits / temperature). Completion token j of row i is
-    tokens[i, prompt_lens[i] + j]; it is predicted at position prompt_lens[i] + j - 1.
+    prompts [P, Tp] (right-padded), prompt_lens [P], completion [N, C] with
+    N = P·G, group-major (row r continues prompt r // G) -> (logp [N, C],
+    entropy [N, C]), fp32, under softmax(logits / temperature). Completion
+    token j of row r is predicted by the hidden state of the token before it:
+    the prompt's last token for j = 0, completion token j - 1 otherwise.
     """
-    chex.assert_rank([tokens, prompt_lens, completion], [2, 1, 2])
-    n, t = tokens.shape
-    c = completion.shape[1]
-    hidden = models.hidden_states(config, params, tokens, sharding=sharding)  # [N, T, D]
-    where = jnp.clip(prompt_lens[:, None] - 1 + jnp.arange(c)[None, :], 0, t - 1)
-    hidden = jnp.take_along_axis(hidden, where[..., None], axis=1)           # [N, C, D]
+    chex.assert_rank([prompts, prompt_lens, completion], [2, 1, 2])
+    p = prompts.shape[0]
+    n, c = completion.shape
+    if n % p:
+        raise ValueError(f"{n} completion rows are not a whole number of groups of the "
+                         f"{p} prompts")
+    g = n // p
+    s = max(c - 1, 1)  # the last completion token is a target only, never an input
+    hp, hc = models.shared_prefix_hidden_states(
+        config, params, prompts, prompt_lens, completion[:, :s].reshape(p, g, s),
+        sharding=sharding)
+    d = hp.shape[-1]
+    last = jnp.take_along_axis(hp, (prompt_lens - 1)[:, None, None], axis=1)  # [P, 1, D]
+    hidden = jnp.concatenate(
+        [jnp.broadcast_to(last[:, None], (p, g, 1, d)), hc[:, :, :c - 1]], axis=2)
+    hidden = hidden.reshape(n, c, d)                                             # [N, C, D]
 
     @jax.checkpoint
     def chunk_stats(h, targets):
@@ -148,8 +166,13 @@ def check_batch(batch: Mapping[str, Any]) -> None:
         if key in batch and tuple(batch[key].shape) != (n, c):
             raise ValueError(f"batch[{key!r}] has shape {tuple(batch[key].shape)}, "
                              f"expected {(n, c)}")
-    if batch["tokens"].shape[0] != n or tuple(batch["prompt_lens"].shape) != (n,):
-        raise ValueError("tokens and prompt_lens must have one row per completion row")
+    prompts = batch["prompts"]
+    if len(prompts.shape) != 2 or tuple(batch["prompt_lens"].shape) != (prompts.shape[0],):
+        raise ValueError(f"prompts {tuple(prompts.shape)} and prompt_lens "
+                         f"{tuple(batch['prompt_lens'].shape)} must be [P, Tp] and [P]")
+    if n % prompts.shape[0]:
+        raise ValueError(f"{n} completion rows are not a whole number of groups of the "
+                         f"{prompts.shape[0]} prompts")
 
 
 class Learner:
@@ -181,8 +204,8 @@ class Learner:
         return self.place_arrays(batch)
 
     def place_arrays(self, arrays: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """Puts any dict of [N, ...] arrays on the mesh like `place`, unchecked (for
-        `score`, which reads only tokens, prompt_lens and completion)."""
+        """Puts any dict of [rows, ...] arrays on the mesh like `place`, unchecked (for
+        `score`, which reads only prompts, prompt_lens and completion)."""
         arrays = {k: jnp.asarray(v) for k, v in arrays.items()}
         if self.sharding is None:
             return arrays
@@ -191,7 +214,7 @@ class Learner:
     def _logprobs(self, params, batch) -> tuple[jax.Array, jax.Array]:
         """(logp [N, C], entropy [N, C]) of the batch's completions under `params`;
         `score` is this, jitted."""
-        return token_logprobs(self.config, params, batch["tokens"], batch["prompt_lens"],
+        return token_logprobs(self.config, params, batch["prompts"], batch["prompt_lens"],
                               batch["completion"], temperature=self.temperature,
                               logits_chunk=self.logits_chunk, sharding=self.sharding)
 
@@ -226,19 +249,30 @@ class Learner:
         return (params, opt_state), metrics
 
     def _train_step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Array]]:
-        n = batch["completion"].shape[0]
+        p = batch["prompts"].shape[0]
+        g = batch["completion"].shape[0] // p
         m = self.minibatches
-        if n % m:
-            raise ValueError(f"batch of {n} rows does not split into {m} minibatches")
+        if p % m:
+            raise ValueError(f"{p} prompt groups do not split into {m} minibatches")
         rng, key = jax.random.split(state.rng)
         perm_keys, loss_keys = jax.random.split(key)
         perm_keys = jax.random.split(perm_keys, self.epochs)
         loss_keys = jax.random.split(loss_keys, (self.epochs, m))
 
+        def split(name, x):  # [P or N, ...] -> [m, rows of P/m whole groups, ...]
+            per = 1 if name in GROUP_KEYS else g
+            return x.reshape((m, (p // m) * per) + x.shape[1:])
+
         def epoch(carry, keys):
             perm_key, step_keys = keys
-            order = jax.random.permutation(perm_key, n) if m > 1 else jnp.arange(n)
-            mbs = jax.tree.map(lambda x: x[order].reshape((m, n // m) + x.shape[1:]), batch)
+            if m > 1:  # shuffle whole groups
+                order = jax.random.permutation(perm_key, p)
+                shuffled = {k: v[order] if k in GROUP_KEYS
+                            else v.reshape((p, g) + v.shape[1:])[order].reshape(v.shape)
+                            for k, v in batch.items()}
+            else:
+                shuffled = batch
+            mbs = {k: split(k, v) for k, v in shuffled.items()}
             return jax.lax.scan(self._minibatch_step, carry, (mbs, step_keys))
 
         (params, opt_state), metrics = jax.lax.scan(

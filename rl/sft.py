@@ -32,7 +32,7 @@ from rl.logs import RunLog
 def make_step(run: Run, optimizer: optax.GradientTransformation, logits_chunk: int):
     def loss_fn(params, batch):
         logp, _ = learner_lib.token_logprobs(
-            run.model_config, params, batch["tokens"], batch["prompt_lens"], batch["completion"],
+            run.model_config, params, batch["prompts"], batch["prompt_lens"], batch["completion"],
             logits_chunk=logits_chunk, sharding=run.act)
         return -ops.masked_mean(logp, batch["mask"])
 
@@ -54,7 +54,8 @@ def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.n
                              "a procedural task (data.source=task)")
         prompts.append(encode_prompt(run.tokenizer, ex.prompt))
         completions.append((run.tokenizer.encode(ex.solution) + [eos])[:completion_len])
-    seqs = assemble(prompts, completions, completion_len=completion_len, rows=len(examples))
+    seqs = assemble(prompts, completions, group_size=1, groups=len(examples),
+                    completion_len=completion_len)
     return seqs.learner_inputs()
 
 

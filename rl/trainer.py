@@ -52,7 +52,7 @@ TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
 class Groups:
     """The completions kept for one update, grouped by prompt (rows prompt-major)."""
 
-    prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per row
+    prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per group
     completions: list[list[int]] = dataclasses.field(default_factory=list)
     logp: list[np.ndarray] = dataclasses.field(default_factory=list)
     rewards: list[float] = dataclasses.field(default_factory=list)
@@ -124,8 +124,8 @@ class Trainer:
                 zero_std += int(flat)
                 if (flat and cfg.train.dynamic_sampling) or kept.num_groups >= want:
                     continue
+                kept.prompts.append(prompts[p])
                 for r in rows:
-                    kept.prompts.append(prompts[p])
                     kept.completions.append(rollouts.completion(r))
                     kept.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
                     kept.rewards.append(float(rewards[r]))
@@ -188,8 +188,9 @@ class Trainer:
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
         groups, stats = self.collect()
-        seqs = assemble(groups.prompts, groups.completions, completion_len=run.completion_len,
-                        rows=self.rows, sampler_logp=groups.logp)
+        seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
+                        groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
+                        sampler_logp=groups.logp)
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())

@@ -18,19 +18,20 @@ CONFIG = models.get_preset("tiny", vocab_size=64, hidden_size=32, num_layers=2, 
                            num_kv_heads=2, head_dim=8, mlp_dim=64)
 
 
-def make_batch(n=8, prompt=5, c=8, seed=0):
+def make_batch(n=8, prompt=5, c=8, seed=0, group=2):
+    """n completion rows in n // group prompt groups (right-padded prompts)."""
     rng = np.random.RandomState(seed)
-    prompt_lens = rng.randint(2, prompt + 1, n).astype(np.int32)
+    p = n // group
+    prompt_lens = rng.randint(2, prompt + 1, p).astype(np.int32)
+    prompts = np.zeros((p, prompt), np.int32)
+    for i in range(p):
+        prompts[i, :prompt_lens[i]] = rng.randint(0, CONFIG.vocab_size, prompt_lens[i])
     lengths = rng.randint(1, c + 1, n)
     completion = rng.randint(0, CONFIG.vocab_size, (n, c)).astype(np.int32)
     mask = np.arange(c)[None] < lengths[:, None]
     completion = np.where(mask, completion, 0)
-    tokens = np.zeros((n, prompt + c), np.int32)
-    for i in range(n):
-        tokens[i, :prompt_lens[i]] = rng.randint(0, CONFIG.vocab_size, prompt_lens[i])
-        tokens[i, prompt_lens[i]:prompt_lens[i] + c] = completion[i]
     return {
-        "tokens": tokens, "prompt_lens": prompt_lens, "completion": completion, "mask": mask,
+        "prompts": prompts, "prompt_lens": prompt_lens, "completion": completion, "mask": mask,
         "advantages": np.repeat(rng.randn(n, 1), c, 1).astype(np.float32) * mask,
         "old_logp": (-rng.rand(n, c) * 3 - 1).astype(np.float32),
         "ref_logp": (-rng.rand(n, c) * 3 - 1).astype(np.float32),
@@ -48,23 +49,26 @@ def make_algorithm(**overrides):
 
 
 def reference_logprobs(params, batch, temperature):
-    logits = models.apply(CONFIG, params, jnp.asarray(batch["tokens"])) / temperature
-    logp_all = jax.nn.log_softmax(logits, -1)
-    c = batch["completion"].shape[1]
-    where = batch["prompt_lens"][:, None] - 1 + np.arange(c)[None]
-    rows = np.arange(len(where))[:, None]
-    lp = logp_all[rows, where]
-    logp = jnp.take_along_axis(lp, jnp.asarray(batch["completion"])[..., None], -1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(lp) * lp, -1)
-    return logp, entropy
+    """Unshared reference: each row's own prompt + completion through `models.apply`."""
+    n, c = batch["completion"].shape
+    g = n // len(batch["prompts"])
+    logps, entropies = [], []
+    for r in range(n):
+        p = batch["prompt_lens"][r // g]
+        row = np.concatenate([batch["prompts"][r // g, :p], batch["completion"][r]])
+        logits = models.apply(CONFIG, params, jnp.asarray(row[None]))[0] / temperature
+        lp = jax.nn.log_softmax(logits, -1)[p - 1:p - 1 + c]
+        logps.append(jnp.take_along_axis(lp, jnp.asarray(row[p:p + c])[:, None], -1)[:, 0])
+        entropies.append(-jnp.sum(jnp.exp(lp) * lp, -1))
+    return jnp.stack(logps), jnp.stack(entropies)
 
 
-@pytest.mark.parametrize("chunk", [8, 4, 2])
-def test_token_logprobs_match_full_softmax(chunk):
+@pytest.mark.parametrize("chunk,group", [(8, 2), (4, 1), (2, 4), (8, 8)])
+def test_token_logprobs_match_full_softmax(chunk, group):
     params = models.init(CONFIG, jax.random.key(0))
-    batch = make_batch()
+    batch = make_batch(group=group)
     logp, entropy = learner_lib.token_logprobs(
-        CONFIG, params, jnp.asarray(batch["tokens"]), jnp.asarray(batch["prompt_lens"]),
+        CONFIG, params, jnp.asarray(batch["prompts"]), jnp.asarray(batch["prompt_lens"]),
         jnp.asarray(batch["completion"]), temperature=0.7, logits_chunk=chunk)
     ref_logp, ref_entropy = reference_logprobs(params, batch, 0.7)
     np.testing.assert_allclose(logp, ref_logp, atol=1e-5)
@@ -76,7 +80,7 @@ def test_chunked_gradient_equals_unchunked():
     batch = {k: jnp.asarray(v) for k, v in make_batch().items()}
 
     def total(p, chunk):
-        logp, ent = learner_lib.token_logprobs(CONFIG, p, batch["tokens"], batch["prompt_lens"],
+        logp, ent = learner_lib.token_logprobs(CONFIG, p, batch["prompts"], batch["prompt_lens"],
                                                batch["completion"], logits_chunk=chunk)
         return jnp.sum(jnp.where(batch["mask"], logp + 0.1 * ent, 0.0))
 
@@ -110,7 +114,9 @@ def test_train_step_equals_hand_written_update():
     np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-5)
     assert int(state.step) == 1
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected)):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        # Adam normalises each grad element, so a rounding-level grad difference
+        # (shared-prefix vs per-row forward) can move a param by ~1e-3 of lr
+        np.testing.assert_allclose(a, b, atol=3e-6)
 
 
 def test_state_is_donated_and_epochs_times_minibatches_steps():
@@ -147,7 +153,7 @@ def test_policy_moves_toward_positive_advantage():
 def test_mesh_2x2x2_matches_one_device():
     alg = make_algorithm(**{"loss.eps_high": 0.28})
     params = models.init(CONFIG, jax.random.key(5))
-    batch = make_batch(n=8, seed=3)
+    batch = make_batch(n=16, seed=3)
     results = []
     for shape in [(1, 1, 1), (2, 2, 2)]:
         mesh = sharding.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])

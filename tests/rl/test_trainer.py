@@ -61,18 +61,24 @@ def test_pass_at_k_matches_enumeration():
 
 
 def test_assemble_layout():
-    seqs = batch_lib.assemble([[7, 8, 9], [5]], [[1, 2], [3, 4, 6]], completion_len=4, rows=3,
-                              sampler_logp=[np.array([-1.0, -2.0]), np.array([-3.0, -4, -5])],
+    seqs = batch_lib.assemble([[7, 8, 9], [5]], [[1, 2], [3, 4, 6], [2], []], group_size=2,
+                              groups=3, completion_len=4,
+                              sampler_logp=[np.array([-1.0, -2.0]), np.array([-3.0, -4, -5]),
+                                            np.array([-6.0]), np.zeros(0)],
                               prompt_multiple=4)
-    assert seqs.tokens.shape == (3, 8)
-    np.testing.assert_array_equal(seqs.tokens[0, :5], [7, 8, 9, 1, 2])
-    np.testing.assert_array_equal(seqs.tokens[1, :4], [5, 3, 4, 6])
+    assert seqs.prompts.shape == (3, 4) and seqs.completion.shape == (6, 4)
+    np.testing.assert_array_equal(seqs.prompts[:2], [[7, 8, 9, 0], [5, 0, 0, 0]])
     np.testing.assert_array_equal(seqs.prompt_lens, [3, 1, 1])
-    np.testing.assert_array_equal(seqs.mask.sum(1), [2, 3, 0])
-    np.testing.assert_array_equal(seqs.valid, [True, True, False])
+    np.testing.assert_array_equal(seqs.completion[1], [3, 4, 6, 0])
+    np.testing.assert_array_equal(seqs.mask.sum(1), [2, 3, 1, 0, 0, 0])
+    np.testing.assert_array_equal(seqs.valid, [True] * 4 + [False] * 2)
     np.testing.assert_array_equal(seqs.sampler_logp[1], [-3, -4, -5, 0])
     with pytest.raises(ValueError, match="completion_len"):
-        batch_lib.assemble([[1]], [[1] * 5], completion_len=4, rows=1)
+        batch_lib.assemble([[1]], [[1] * 5], group_size=1, groups=1, completion_len=4)
+    with pytest.raises(ValueError, match="2 completions of 2 per group, got 3"):
+        batch_lib.assemble([[1]], [[1]] * 3, group_size=2, groups=1, completion_len=4)
+    with pytest.raises(ValueError, match="prompt 0 is empty"):
+        batch_lib.assemble([[]], [[1]], group_size=1, groups=1, completion_len=4)
 
 
 @pytest.mark.slow
