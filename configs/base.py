@@ -75,6 +75,10 @@ eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
                 for each k in `k` ("1,4") from n samples at `temperature`.
 sft:            supervised warm start (launch/sft.py): steps, batch_size, lr,
                 warmup_steps, weight_decay, grad_clip, eval_every.
+seed:           data order, sampling and minibatch shuffles.
+compilation_cache  JAX persistent compilation cache directory used by the
+                launch/ entry points ("" = off): a rerun with the same
+                shapes loads its XLA executables instead of compiling them.
 """
 
 import ml_collections
@@ -219,6 +223,7 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.eval = eval_section()
     config.sft = sft_section()
     config.seed = 0
+    config.compilation_cache = "~/.cache/rlvr_jax/xla"
     return config
 
 

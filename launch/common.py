@@ -130,6 +130,7 @@ def prepare(cfg, workdir: str):
 
     try:
         run_ = build.resolve(cfg, workdir)
+        build.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             json.dump(cfg.to_dict(), f, indent=2, default=str)

@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+PROMPT_MULTIPLE = 16  # prompt slots round up to this: few distinct shapes per run
+
 
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
@@ -37,7 +39,7 @@ class Sequences:
 
 def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_size: int,
              groups: int, completion_len: int, sampler_logp: list[np.ndarray] | None = None,
-             prompt_multiple: int = 16) -> Sequences:
+             prompt_multiple: int = PROMPT_MULTIPLE) -> Sequences:
     """Pads `len(prompts)` <= groups prompt groups into fixed-shape arrays.
 
     prompts[i]: token ids of group i's prompt; completions[i·G + j]: its j-th

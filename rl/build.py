@@ -173,6 +173,28 @@ def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
                          f"sampling.n must be >= 2")
 
 
+COMPILE_CACHE_MIN_SECONDS = 0.1  # programs that compile faster are not worth a file
+
+
+def enable_compilation_cache(path: str) -> str | None:
+    """Turns on JAX's persistent compilation cache in `path` ("" = leave it off).
+
+    XLA executables are stored by a hash of the program, its compile options
+    and the jaxlib/backend, so a later process running the same programs (a
+    rerun, a resume, the next sweep point with the same shapes) loads them
+    instead of compiling: on W1 the first step drops from ~7 s to ~2 s.
+    Returns the expanded directory, or None when off.
+    """
+    if not path:
+        return None
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
 def needs_reference(alg: Algorithm) -> bool:
     """Whether the run keeps a frozen reference policy."""
     return alg.kl_coef > 0 or alg.reweight in ("delta_logp_mask", "divergence_weighted")

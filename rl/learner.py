@@ -148,6 +148,18 @@ def make_optimizer(lr: float, *, total_steps: int, schedule: str = "constant",
     return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip else adamw
 
 
+def on_mesh(tree: Any, act: ActivationSharding | None) -> Any:
+    """Replicates over `act.mesh` every leaf not already laid out on it (step
+    counters, PRNG keys, optimizer counts): the layout a jitted update returns
+    them in, so its second call reuses the first call's executable instead of
+    compiling again. Identity without a mesh."""
+    if act is None:
+        return tree
+    replicated = jax.sharding.NamedSharding(act.mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda x: x if isinstance(x.sharding, jax.sharding.NamedSharding)
+                        else jax.device_put(x, replicated), tree)
+
+
 def batch_sharding(act: ActivationSharding, batch: Mapping[str, Any]) -> dict[str, Any]:
     """NamedSharding per batch array: rows over the mesh's batch axes."""
     return {k: jax.sharding.NamedSharding(
@@ -194,9 +206,15 @@ class Learner:
         self.score = jax.jit(self._logprobs)
 
     def init_state(self, params: Any, rng: jax.Array) -> TrainState:
-        """A TrainState; the optimizer state inherits the params' shardings."""
+        """A TrainState; the optimizer state inherits the params' shardings.
+
+        On a mesh, every leaf not already laid out on it (step, rng, optimizer
+        counters) is replicated over it: the layout `train_step` returns, so
+        the second call finds the first call's executable instead of compiling
+        the update again."""
         opt_state = jax.jit(self.optimizer.init)(params)
-        return TrainState(params, opt_state, jnp.zeros((), jnp.int32), rng)
+        return on_mesh(TrainState(params, opt_state, jnp.zeros((), jnp.int32), rng),
+                       self.sharding)
 
     def place(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """Checks a host batch and puts it on the mesh, rows split over the batch axes."""

@@ -74,7 +74,7 @@ def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dic
         optimizer = optax.chain(optax.clip_by_global_norm(s.grad_clip), optimizer)
     c = run.completion_len
     step_fn = make_step(run, optimizer, min(cfg.train.logits_chunk, c))
-    opt_state = jax.jit(optimizer.init)(params)
+    opt_state = learner_lib.on_mesh(jax.jit(optimizer.init)(params), run.act)
     data = batches(run.train_source, s.batch_size, seed=cfg.seed + 100)
     log = RunLog(workdir, s.steps, stream=stream, name="sft", every=max(s.steps // 10, 1))
     rng = jax.random.key(cfg.seed + 2)

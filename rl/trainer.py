@@ -91,6 +91,7 @@ class Trainer:
         self.rng = jax.random.key(cfg.seed)
         self.eval_rng = jax.random.key(cfg.seed + 2)
         self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every)
+        self._advantages = jax.jit(self._advantage_kernel)
 
     # -- rollouts ---------------------------------------------------------------------------
     def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
@@ -145,14 +146,10 @@ class Trainer:
         return kept, stats
 
     # -- advantages ---------------------------------------------------------------------------
-    def advantages(self, groups: Groups, seqs, old_logp, ref_logp) -> tuple[np.ndarray, np.ndarray]:
-        """([rows, C] advantages, [rows, C] gradient mask) for the assembled batch."""
-        alg, n = self.alg, len(groups.rewards)
-        rewards = np.zeros(self.rows, np.float32)
-        rewards[:n] = groups.rewards
-        gids = np.full(self.rows, -1, np.int32)
-        gids[:n] = groups.group_ids
-        valid, mask = seqs.valid, seqs.mask
+    def _advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):
+        """Jitted: rewards/gids/valid [rows], mask/old_logp/ref_logp [rows, C], paths
+        [rows, depth] or None -> ([rows, C] advantages, [rows, C] gradient mask)."""
+        alg = self.alg
         opts = dict(alg.advantage_options)
         if alg.kl_in_reward and alg.kl_coef > 0:
             penalty = kl_lib.reward_penalty(alg.kl_kind, old_logp, ref_logp, mask, alg.kl_coef,
@@ -160,17 +157,14 @@ class Trainer:
             if alg.advantage in TOKEN_LEVEL:
                 opts["token_rewards"] = penalty
             else:
-                rewards = rewards + np.asarray(jnp.sum(penalty, axis=1))
+                rewards = rewards + jnp.sum(penalty, axis=1)
         if alg.advantage in TOKEN_LEVEL:
             opts["mask"] = mask
-        if alg.advantage == "tree":
-            paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
-            for i, row in enumerate(groups.paths):
-                paths[i, :len(row)] = row
+        if paths is not None:
             opts["paths"] = paths
         adv = adv_lib.compute(alg.advantage, rewards, gids, valid=valid, **opts)
         keep = adv_lib.gradient_mask(alg.advantage, rewards, gids, valid=valid)
-        grad_mask = mask & np.asarray(keep)[:, None]
+        grad_mask = mask & keep[:, None]
         if alg.reweight and alg.reweight != "fipo":
             if alg.reweight == "logp_reweight":
                 inputs = {"old_logp": old_logp}
@@ -180,8 +174,26 @@ class Trainer:
                 inputs = {"divergence": kl_lib.estimate("k3", old_logp, ref_logp)}
             adv = adv_lib.reweight(alg.reweight, adv, grad_mask, **inputs,
                                    **alg.reweight_options)
-        adv = np.broadcast_to(np.asarray(adv, np.float32).reshape(self.rows, -1), mask.shape)
-        return np.where(grad_mask, adv, 0.0).astype(np.float32), grad_mask
+        adv = jnp.broadcast_to(adv.astype(jnp.float32).reshape(mask.shape[0], -1), mask.shape)
+        return jnp.where(grad_mask, adv, 0.0), grad_mask
+
+    def advantages(self, groups: Groups, seqs, old_logp, ref_logp) -> tuple[np.ndarray, np.ndarray]:
+        """([rows, C] advantages, [rows, C] gradient mask) for the assembled batch
+        (one compiled program: estimator, KL-in-reward, mc_grpo mask, reweighting)."""
+        n = len(groups.rewards)
+        rewards = np.zeros(self.rows, np.float32)
+        rewards[:n] = groups.rewards
+        gids = np.full(self.rows, -1, np.int32)
+        gids[:n] = groups.group_ids
+        paths = None
+        if self.alg.advantage == "tree":
+            paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
+            for i, row in enumerate(groups.paths):
+                paths[i, :len(row)] = row
+        ref = ref_logp if ref_logp is not None else np.zeros_like(old_logp)
+        adv, grad_mask = self._advantages(rewards, gids, seqs.valid, seqs.mask,
+                                          np.asarray(old_logp), np.asarray(ref), paths)
+        return np.asarray(adv), np.asarray(grad_mask)
 
     # -- one step -----------------------------------------------------------------------------
     def step(self) -> dict[str, float]:

@@ -191,3 +191,19 @@ def test_schedules_and_bad_options():
     bad["old_logp"] = bad["old_logp"][:, :3]
     with pytest.raises(ValueError, match="old_logp"):
         learner.place(bad)
+
+
+def test_second_train_step_reuses_the_first_compile():
+    mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    learner = learner_lib.Learner(CONFIG, make_algorithm(),
+                                  learner_lib.make_optimizer(1e-3, total_steps=10), act)
+    params = sharding.shard_params(models.init(CONFIG, jax.random.key(0)), CONFIG, mesh)
+    state = learner.init_state(params, jax.random.key(1))
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, _, **kw: compiles.append(kw.get("fun_name"))
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    for _ in range(3):
+        state, _ = learner.train_step(state, learner.place(make_batch()))
+    assert compiles.count("jit(_train_step)") == 1
