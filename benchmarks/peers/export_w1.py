@@ -20,8 +20,9 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    from rl import build
     from rl_step import w1_config
+
+    from rl import build
 
     run = build.resolve(w1_config(), tempfile.mkdtemp())
     print(build.export(argv[0], run, build.init_params(run)))

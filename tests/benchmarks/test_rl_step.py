@@ -30,3 +30,15 @@ def test_cold_then_warm_compilation_cache(tmp_path):
     assert warm["compilation_cache"] == "warm"
     # loading executables beats compiling them (measured ~4x on W1)
     assert warm["time/step"] < first["time/step"]
+
+
+def test_export_w1_writes_a_loadable_hf_directory(tmp_path):
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "peers", "export_w1.py"),
+         str(tmp_path / "w1")], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    import models
+    config, params = models.load_pretrained(str(tmp_path / "w1"))
+    assert config.num_params() == 4_067_584
+    assert os.path.exists(tmp_path / "w1" / "tokenizer.json")
