@@ -138,3 +138,12 @@ def prepare(cfg, workdir: str):
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
+
+
+def print_heldout(summary: dict) -> None:
+    """The entry points' last line, `heldout_accuracy: before=X after=Y`, from a
+    `{"before": metrics, "after": metrics}` summary (nothing when either lacks it)."""
+    before = summary["before"].get("heldout/accuracy")
+    after = summary["after"].get("heldout/accuracy")
+    if before is not None and after is not None:
+        print(f"heldout_accuracy: before={before:.3f} after={after:.3f}")

@@ -22,6 +22,8 @@ from launch.common import (
     default_config_path,
     define_config_flag,
     define_workdir_flag,
+    prepare,
+    print_heldout,
     run,
 )
 
@@ -33,7 +35,6 @@ def main(argv):
     del argv
     import jax
 
-    from launch.common import prepare
     from rl import build, sft
     from rl import trainer as trainer_lib
     from rl.logs import plot
@@ -62,8 +63,7 @@ def main(argv):
                               f"{run_.algorithm.advantage}")
     print(f"wrote {trainer.log.path}, {os.path.join(workdir, 'tensorboard')}, {png}")
     print(f"total {time.perf_counter() - start:.0f}s")
-    print(f"heldout_accuracy: before={summary['before']['heldout/accuracy']:.3f} "
-          f"after={summary['after']['heldout/accuracy']:.3f}")
+    print_heldout(summary)
 
 
 if __name__ == "__main__":

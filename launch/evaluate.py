@@ -21,7 +21,7 @@ import sys
 
 from absl import flags
 
-from launch.common import default_config_path, define_config_flag, run
+from launch.common import default_config_path, define_config_flag, prepare, run
 
 _CONFIG = define_config_flag("demo.py")
 _CHECKPOINT = flags.DEFINE_string(
@@ -36,7 +36,6 @@ def main(argv):
 
     import jax
 
-    from launch.common import prepare
     from rl import evaluation
 
     cfg = _CONFIG.value

@@ -18,6 +18,8 @@ from launch.common import (
     default_config_path,
     define_config_flag,
     define_workdir_flag,
+    prepare,
+    print_heldout,
     run,
 )
 
@@ -27,17 +29,13 @@ _WORKDIR = define_workdir_flag()
 
 def main(argv):
     del argv
-    from launch.common import prepare
     from rl import build, sft
 
     run_, params = prepare(_CONFIG.value, _WORKDIR.value)
     params, summary = sft.train(run_, params, _WORKDIR.value)
     out = build.export(os.path.join(_WORKDIR.value, "sft"), run_, params)
     print(f"wrote {out}")
-    before = summary["before"].get("heldout/accuracy")
-    after = summary["after"].get("heldout/accuracy")
-    if before is not None:
-        print(f"heldout_accuracy: before={before:.3f} after={after:.3f}")
+    print_heldout(summary)
 
 
 if __name__ == "__main__":

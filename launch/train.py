@@ -21,6 +21,8 @@ from launch.common import (
     default_config_path,
     define_config_flag,
     define_workdir_flag,
+    prepare,
+    print_heldout,
     run,
 )
 
@@ -30,7 +32,6 @@ _WORKDIR = define_workdir_flag()
 
 def main(argv):
     del argv
-    from launch.common import prepare
     from rl import trainer as trainer_lib
     from rl.logs import plot
 
@@ -39,10 +40,7 @@ def main(argv):
     summary = trainer.run()
     png = plot(_WORKDIR.value)
     print(f"wrote {trainer.log.path}, {png} and {_WORKDIR.value}/final")
-    before = summary["before"].get("heldout/accuracy")
-    after = summary["after"].get("heldout/accuracy")
-    if before is not None and after is not None:
-        print(f"heldout_accuracy: before={before:.3f} after={after:.3f}")
+    print_heldout(summary)
 
 
 if __name__ == "__main__":

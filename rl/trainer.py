@@ -62,7 +62,7 @@ class Groups:
 
     @property
     def num_groups(self) -> int:
-        return len(set(self.group_ids))
+        return len(self.prompts)
 
 
 def optimizer_for(cfg) -> Any:
@@ -190,9 +190,8 @@ class Trainer:
             paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
             for i, row in enumerate(groups.paths):
                 paths[i, :len(row)] = row
-        ref = ref_logp if ref_logp is not None else np.zeros_like(old_logp)
         adv, grad_mask = self._advantages(rewards, gids, seqs.valid, seqs.mask,
-                                          np.asarray(old_logp), np.asarray(ref), paths)
+                                          np.asarray(old_logp), np.asarray(ref_logp), paths)
         return np.asarray(adv), np.asarray(grad_mask)
 
     # -- one step -----------------------------------------------------------------------------
@@ -206,17 +205,16 @@ class Trainer:
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())
-        ref_logp = None
-        if self.ref_params is not None:
-            ref_logp = np.asarray(self.learner.score(self.ref_params, sequences)[0])
         if cfg.train.old_logp == "recompute":
             old_logp = np.asarray(self.learner.score(self.state.params, sequences)[0])
         else:
             old_logp = seqs.sampler_logp
+        ref_logp = (np.asarray(self.learner.score(self.ref_params, sequences)[0])
+                    if self.ref_params is not None else np.zeros_like(old_logp))  # unread then
         t2 = time.perf_counter()
         adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
-                  "ref_logp": ref_logp if ref_logp is not None else np.zeros_like(old_logp)}
+                  "ref_logp": ref_logp}
         if cfg.train.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
             update["behavior_logp"] = seqs.sampler_logp
         batch = sequences | self.learner.place_arrays(update)

@@ -23,19 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import tempfile
 import time
 
-
-def countdown_prompts(n, seed=0):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        nums = [rng.randint(1, 30) for _ in range(3)]
-        out.append(f"Using the numbers {', '.join(map(str, nums))}, make {rng.randint(1, 60)}. ")
-    return out
+from w1_prompts import countdown_prompts
 
 
 def main() -> int:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
+
+from w1_prompts import countdown_prompts
 
 
 class ByteTokenizer:
@@ -43,15 +44,6 @@ class ByteTokenizer:
 
     def pad_id(self):
         return 0
-
-
-def countdown_prompts(n, seed=0):
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        nums = [rng.randint(1, 30) for _ in range(3)]
-        out.append(f"Using the numbers {', '.join(map(str, nums))}, make {rng.randint(1, 60)}. ")
-    return out
 
 
 def main() -> int:
