@@ -79,6 +79,10 @@ seed:           data order, sampling and minibatch shuffles.
 compilation_cache  JAX persistent compilation cache directory used by the
                 launch/ entry points ("" = off): a rerun with the same
                 shapes loads its XLA executables instead of compiling them.
+cpu_xla_flags   flags the launch/ entry points add to XLA_FLAGS when JAX runs
+                on the CPU only ("" = none; a flag already in XLA_FLAGS keeps
+                the user's value). The default turns off LLVM's loop-strength
+                reduction: the update compiles ~25% faster at equal speed.
 """
 
 import ml_collections
@@ -89,6 +93,10 @@ ARCHITECTURE_FIELDS = {
     "num_kv_heads": int, "head_dim": int, "mlp_dim": int, "rope_theta": float,
     "rms_norm_eps": float, "tie_embeddings": bool, "max_position_embeddings": int,
 }
+
+# LLVM's loop-strength reduction is ~18% of XLA:CPU compile time here and buys
+# W1 no runtime (see rl.build.configure_xla and benchmarks/RESULTS.md).
+CPU_XLA_FLAGS = "--xla_backend_extra_options=-disable-lsr"
 
 DEFAULT_SHARDING_RULES = {
     "batch": "data,fsdp", "length": "", "embed": "fsdp", "mlp": "tensor",
@@ -224,6 +232,7 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.sft = sft_section()
     config.seed = 0
     config.compilation_cache = "~/.cache/rlvr_jax/xla"
+    config.cpu_xla_flags = CPU_XLA_FLAGS
     return config
 
 

@@ -129,6 +129,7 @@ def prepare(cfg, workdir: str):
     from rl import build
 
     try:
+        build.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
         run_ = build.resolve(cfg, workdir)
         build.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)

@@ -16,11 +16,14 @@ points print it as `error: ...` and exit with status 2.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import logging
 import os
 import tempfile
 from typing import Any
 
 import jax
+from jax._src import xla_bridge  # backends_are_initialized: no public equivalent
 
 import models
 from models import sharding
@@ -193,6 +196,48 @@ def enable_compilation_cache(path: str) -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+_LOG = logging.getLogger(__name__)
+_ACCELERATOR_MODULES = ("jax_plugins", "libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin")
+
+
+def cpu_only() -> bool:
+    """Whether JAX will run on the CPU: JAX_PLATFORMS (env or config) names cpu
+    first, or no GPU/TPU plugin is installed. Starts no backend."""
+    platforms = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or ""
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    return not any(importlib.util.find_spec(m) for m in _ACCELERATOR_MODULES)
+
+
+def configure_xla(flags: str) -> str:
+    """Adds `flags` (the config's `cpu_xla_flags`) to XLA_FLAGS in a CPU-only
+    process (see `cpu_only`) and returns what was added ("" when nothing was:
+    empty, not CPU-only, or every flag already set by the user, whose value wins).
+
+    The default, `-disable-lsr`: LLVM's loop-strength reduction took ~18% of
+    XLA:CPU's compile time for W1's update (perf: LSRInstance::
+    GenerateAllReuseFormulae); without it the update compiles ~25% faster and
+    runs as fast (benchmarks/RESULTS.md). GPU kernels keep LLVM's default.
+
+    XLA reads XLA_FLAGS once, when JAX starts its first backend, so this must
+    run before any computation; later (e.g. an entry point's main called from
+    a process that already computed) it adds nothing and logs a warning.
+    """
+    if not flags or not cpu_only():
+        return ""
+    current = os.environ.get("XLA_FLAGS", "")
+    have = {f.split("=", 1)[0] for f in current.split()}
+    new = [f for f in flags.split() if f.split("=", 1)[0] not in have]
+    if not new:
+        return ""
+    if xla_bridge.backends_are_initialized():
+        _LOG.warning("cpu_xla_flags %r not applied: JAX has already started a backend "
+                        "and read XLA_FLAGS", " ".join(new))
+        return ""
+    os.environ["XLA_FLAGS"] = " ".join([current, *new]).strip()
+    return " ".join(new)
 
 
 def needs_reference(alg: Algorithm) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,13 @@ import numpy as np
 from models import layers
 from models.config import ModelConfig
 from sampling import processors
-from sampling.kv_cache import KVCache, init_cache, logits_at, paged_forward
+from sampling.kv_cache import (
+    KVCache,
+    head_logits,
+    init_cache,
+    output_head,
+    paged_forward,
+)
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 
@@ -75,16 +82,19 @@ class DecodeOutput:
     steps: jax.Array         # [] int32 loop iterations run
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def prefill(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array,
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def prefill(config: ModelConfig, num_pages: int, params: dict, tokens: jax.Array,
             tables: jax.Array, offsets: jax.Array, active: jax.Array,
             rows: jax.Array | None = None):
-    """Writes right-aligned prompts [B, P] into their pages.
+    """Creates a zeroed cache of `num_pages` pages (inside this program: no
+    separate one to compile) and writes right-aligned prompts [B, P] into
+    their pages `tables` [B, P / page_size].
 
     Returns (last-token hidden states [B, D], or [R, D] gathered by `rows`
     [R] when given, e.g. one row per sample; cache).
     """
     TRACE_COUNTS["prefill"] += 1
+    cache = init_cache(config, num_pages, tokens.shape[1] // tables.shape[1])
     starts = jnp.zeros(tokens.shape[0], jnp.int32)
     hidden, cache = paged_forward(config, params, cache, tokens, tables, starts, offsets, active)
     hidden = hidden[:, -1]
@@ -182,10 +192,37 @@ def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Arra
     return x[:, 0], new_k, new_v
 
 
-@functools.partial(jax.jit, static_argnums=(0, 6, 7, 8), donate_argnums=(2,))
+# XLA:CPU hands dots to YNNPACK, which repacks the weight operand on every
+# call: at decode's few rows that costs more than the matmul itself. With
+# YNNPACK kept to reductions, W1's decode runs ~15% faster (interleaved A/B,
+# benchmarks/RESULTS.md); the update (1,200 rows) is faster with the default.
+CPU_DECODE_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
+_DECODE_STATIC, _DECODE_DONATE = (0, 7, 8, 9), (2,)
+_decode_programs: dict[str, Callable] = {}
+
+
 def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
-           limit: jax.Array, sampling: SamplingParams, steps: int, stop_ids: tuple[int, ...]):
+           call: int, limit: jax.Array, sampling: SamplingParams, steps: int,
+           stop_ids: tuple[int, ...]):
     """Samples up to min(steps, limit) tokens per row; a row stops on `stop_ids`.
+    Jitted per backend (`config`, `sampling`, `steps`, `stop_ids` static; the
+    cache donated), with `CPU_DECODE_OPTIONS` on the CPU; see `_decode`."""
+    backend = jax.default_backend()
+    program = _decode_programs.get(backend)
+    if program is None:
+        program = _decode_programs[backend] = jax.jit(
+            _decode, static_argnums=_DECODE_STATIC, donate_argnums=_DECODE_DONATE,
+            compiler_options=CPU_DECODE_OPTIONS if backend == "cpu" else None)
+    return program(config, params, cache, state, rng, np.int32(call), limit, sampling, steps,
+                   stop_ids)
+
+
+def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
+            call: jax.Array, limit: jax.Array, sampling: SamplingParams, steps: int,
+            stop_ids: tuple[int, ...]):
+    """Samples up to min(steps, limit) tokens per row; a row stops on `stop_ids`.
+    Step i draws with key fold_in(fold_in(rng, call), i): a sampler numbers its
+    calls (segments, tree rounds) so each draws afresh from one `rng`.
 
     The rows' prefix pages are gathered once into dense per-layer views, the
     loop decodes on those (reading pages per step measured 2-5x slower on
@@ -206,6 +243,8 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
     layer_params = [_fuse_layer(config, jax.tree.map(lambda a, i=i: a[i], params["layers"]))
                     for i in range(config.num_layers)]
+    head = output_head(config, params)
+    call_rng = jax.random.fold_in(rng, call)
     slots = jnp.arange(width, dtype=jnp.int32)
     out = DecodeOutput(
         tokens=jnp.full((s, steps), pad, jnp.int32),
@@ -227,8 +266,8 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
     def body(carry):
         i, hidden, done, out, views_k, views_v = carry
         active = ~done
-        logits = logits_at(config, params, hidden)
-        token, logp, raw = processors.sample(logits, jax.random.fold_in(rng, i), sampling)
+        logits = head_logits(head, hidden)
+        token, logp, raw = processors.sample(logits, jax.random.fold_in(call_rng, i), sampling)
         out = dataclasses.replace(
             out, tokens=_set_column(out.tokens, token, i, active, pad),
             logprobs=_set_column(out.logprobs, logp, i, active, 0.0),
@@ -297,8 +336,7 @@ def prefill_prompts(config: ModelConfig, params: dict, pool: PagePool, prompts: 
         tables[i, pages - used:] = pool.alloc(used)
         tokens[i, slots - len(prompt):] = prompt
         offsets[i] = slots - len(prompt)
-    cache = init_cache(config, pool.num_pages, page_size)
-    hidden, cache = prefill(config, params, cache, tokens, tables, offsets,
+    hidden, cache = prefill(config, pool.num_pages, params, tokens, tables, offsets,
                             np.arange(rows_b) < len(prompts), rows)
     return tables, offsets, slots, hidden, cache
 

@@ -92,7 +92,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         state = engine.RowState(hidden=hidden, prefix_tables=tables, segment_tables=fresh,
                                 offsets=offsets, positions=positions, done=done)
         out, hidden, cache = engine.decode(
-            config, params, cache, state, jax.random.fold_in(rng, seg),
+            config, params, cache, state, rng, seg,
             np.int32(sp.max_new_tokens - seg * segment_len), sp, segment_len, stop_ids)
         out = engine.as_numpy(out)
         outputs.append(out)

@@ -212,7 +212,7 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
                                 segment_tables=segment, offsets=node_offsets,
                                 positions=positions, done=np.arange(rows) >= len(alive))
         out, end_hidden, cache = engine.decode(
-            config, params, cache, state, jax.random.fold_in(rng, stats["rounds"]),
+            config, params, cache, state, rng, stats["rounds"],
             np.int32(seg), sp, seg, stop_ids)
         out, end_hidden = engine.as_numpy(out), np.asarray(end_hidden)
         stats["rounds"] += 1

@@ -6,7 +6,9 @@ collection time. Single-device tests simply use device 0.
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# -disable-lsr: configs.base.CPU_XLA_FLAGS (compile ~25% faster at equal speed)
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
+                      "--xla_backend_extra_options=-disable-lsr")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
