@@ -201,6 +201,11 @@ _DECODE_STATIC, _DECODE_DONATE = (0, 7, 8, 9), (2,)
 _decode_programs: dict[str, Callable] = {}
 
 
+def decode_options(backend: str) -> dict | None:
+    """XLA compiler options of the decode program on `backend`."""
+    return CPU_DECODE_OPTIONS if backend == "cpu" else None
+
+
 def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
            call: int, limit: jax.Array, sampling: SamplingParams, steps: int,
            stop_ids: tuple[int, ...]):
@@ -212,7 +217,7 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
     if program is None:
         program = _decode_programs[backend] = jax.jit(
             _decode, static_argnums=_DECODE_STATIC, donate_argnums=_DECODE_DONATE,
-            compiler_options=CPU_DECODE_OPTIONS if backend == "cpu" else None)
+            compiler_options=decode_options(backend))
     return program(config, params, cache, state, rng, np.int32(call), limit, sampling, steps,
                    stop_ids)
 

@@ -156,3 +156,39 @@ def test_other_families_match_teacher_forcing(family):
                           [ro.completion(r) for r in range(len(ro))])
     for r, ref in enumerate(refs):
         np.testing.assert_allclose(ro.raw_logprobs[r, :len(ref)], ref, atol=1e-4)
+
+
+def test_cpu_decode_options_keep_dots_out_of_ynnpack():
+    """`engine.CPU_DECODE_OPTIONS` is a real XLA:CPU option (an unknown one fails
+    to compile) that moves dots off YNNPACK; the default routes them there."""
+    x, w = jax.numpy.ones((16, 256)), jax.numpy.ones((256, 512))
+
+    def hlo(options):
+        return jax.jit(lambda a, b: a @ b, compiler_options=options).lower(x, w).compile().as_text()
+
+    assert "__ynn_fusion" in hlo(None)
+    assert "__ynn_fusion" not in hlo(engine.CPU_DECODE_OPTIONS)
+
+
+def test_decode_is_compiled_once_per_backend_with_its_options(tiny):
+    config, params = tiny
+    generate(config, params, random_prompts(0, [5, 9]), 2, SamplingParams(max_new_tokens=8),
+             jax.random.key(0), page_size=4, segment_len=8)
+    assert set(engine._decode_programs) == {jax.default_backend()}
+    assert engine.decode_options("cpu") == engine.CPU_DECODE_OPTIONS
+    assert engine.decode_options("gpu") is None
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_output_head_logits_equal_the_model_logits(tiny, tied):
+    import dataclasses
+
+    from sampling.kv_cache import head_logits, output_head
+
+    config = dataclasses.replace(tiny[0], tie_embeddings=tied)
+    params = models.init(config, jax.random.key(1))
+    h = jax.random.normal(jax.random.key(2), (5, config.hidden_size))
+    want = models.logits_from_hidden(config, params, h[:, None])[:, 0]
+    got = head_logits(output_head(config, params), h)
+    assert got.dtype == jax.numpy.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
