@@ -41,6 +41,7 @@ ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputErro
           KeyError, FileNotFoundError)
 OLD_LOGP_SOURCES = ("sampler", "recompute")
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -198,7 +199,6 @@ def enable_compilation_cache(path: str) -> str | None:
     return path
 
 
-_LOG = logging.getLogger(__name__)
 _ACCELERATOR_MODULES = ("jax_plugins", "libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin")
 
 
@@ -234,7 +234,7 @@ def configure_xla(flags: str) -> str:
         return ""
     if xla_bridge.backends_are_initialized():
         _LOG.warning("cpu_xla_flags %r not applied: JAX has already started a backend "
-                        "and read XLA_FLAGS", " ".join(new))
+                     "and read XLA_FLAGS", " ".join(new))
         return ""
     os.environ["XLA_FLAGS"] = " ".join([current, *new]).strip()
     return " ".join(new)
