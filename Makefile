@@ -1,30 +1,46 @@
-# Quickstart targets. Both create .venv on a fresh machine and install what they need.
+# Quickstart targets. Both create .venv on a fresh clone and install only what they need:
+#   make demo   the core plus the demo's extras (plots, tensorboard), then runs the demo
+#   make test   the core plus every extra, pytest and the CPU build of torch, then the suite
+# A stamp per install: `make demo` then `make test` adds the test packages; `make test`
+# then `make demo` installs nothing more (the test install covers the demo's).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+# torch's CPU build: the "+cpu" local version is only on PyTorch's CPU index.
+# Offline with the wheel in pip's find-links: make test TORCH_INDEX=
+TORCH       := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
 
 .PHONY: test demo install clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PIP) --upgrade pip setuptools wheel
 
-# torch first, pinned to the CPU build, so no other requirement can pull a CUDA one.
-$(STAMP): setup.py | $(PY)
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test]"
-	@$(PY) -c "import torch, sys; sys.exit(0 if '+cpu' in torch.__version__ or not torch.cuda.is_available() else 1)" \
-	  || (echo "error: a non-CPU torch was installed" && exit 1)
-	touch $(STAMP)
+$(DEMO_STAMP): setup.py | $(PY)
+	$(PIP) -e ".[plots,tensorboard]"
+	touch $@
 
-install: $(STAMP)
+# torch first, alone (--no-deps: only torch is looked up on the CPU index, so an
+# unreachable index costs one lookup, not one per dependency); `.[test]` then adds
+# its dependencies and the rest. The guard fails for any torch that is not "+cpu".
+$(TEST_STAMP): setup.py | $(PY)
+	$(PIP) --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(PIP) -e ".[test]"
+	@$(PY) -c "import sys, torch; v = torch.__version__; \
+	  sys.exit(0 if '+cpu' in v else f'error: torch {v} is not the CPU build (+cpu)')"
+	touch $@ $(DEMO_STAMP)
 
-test: $(STAMP)
+install: $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m launch.demo --workdir=runs/demo
 
 clean-venv:

@@ -1,6 +1,23 @@
-"""Installs the packages models, sampling, rl, launch and configs."""
+"""Installs the packages models, sampling, rl, launch and configs.
+
+`pip install rlvr-jax` is the core: training and evaluation on the procedural
+tasks with the built-in byte tokenizer, Hugging Face checkpoints and
+tokenizer.json tokenizers, JSONL data, metrics.jsonl. Optional features are
+extras; a missing one fails with the pip command that adds it
+(`models.extras`).
+"""
 
 from setuptools import find_packages, setup
+
+# One extra per optional feature (the name is what `models.extras` tells users to install).
+FEATURES = {
+    "tfds": ["tensorflow-datasets>=4.9.9", "array-record>=0.5"],  # data.source=tfds; no TensorFlow
+    "parquet": ["pyarrow>=14"],                                   # data.source=parquet
+    "plots": ["matplotlib>=3.8"],                                 # progress.png (rl.logs.plot)
+    "sentencepiece": ["sentencepiece>=0.2"],                      # tokenizer.model tokenizers
+    "tensorboard": ["tensorboard>=2.19"],                         # DIR/tensorboard event files
+}
+ALL = sorted({req for reqs in FEATURES.values() for req in reqs})
 
 setup(
     name="rlvr-jax",
@@ -10,29 +27,26 @@ setup(
     packages=find_packages(include=["models*", "sampling*", "rl*", "launch*", "configs*"]),
     install_requires=[
         "jax>=0.9",
-        "flax>=0.12",
         "optax>=0.2.5",
-        "orbax-checkpoint>=0.11",
         "chex>=0.1.90",
         "grain>=0.2.12",
-        "tensorflow-datasets>=4.9.9",
         "ml-collections>=1.1",
-        "sentencepiece>=0.2",
-        "tensorboard>=2.19",
-        "safetensors>=0.5",
-        "tokenizers>=0.21",
-        "ml_dtypes>=0.5",
+        "safetensors>=0.6",  # safe_open(...).offset_keys()
+        "tokenizers>=0.21",  # tokenizer.json tokenizers, the byte tokenizer
+        "ml_dtypes>=0.5",    # bfloat16 in NumPy
         "numpy>=2.0",
         "absl-py>=2.1",
-        "jinja2>=3.1",
-        "sympy>=1.12",
-        "pyarrow>=14",
-        "matplotlib>=3.8",
+        "jinja2>=3.1",       # chat templates
+        "sympy>=1.12",       # the `math` verifier's symbolic check (in a worker process)
     ],
     extras_require={
-        # torch is the CPU build, installed from a local wheel or the CPU index;
-        # the Makefile installs it first so nothing can pull a CUDA build.
-        "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0", "transformers>=5.0"],
+        **FEATURES,
+        "all": ALL,
+        # The suite tests every optional feature and compares with transformers on
+        # torch's CPU build: "+cpu" exists only on https://download.pytorch.org/whl/cpu,
+        # so pip cannot take a CUDA build for it (the Makefile installs it from there).
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0+cpu", "transformers>=5.0",
+                 *ALL],
         "tpu": ["jax[tpu]"],
         "cuda": ["jax[cuda13]"],
     },

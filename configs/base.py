@@ -47,21 +47,42 @@ data:           where prompts come from (rl/data).
   tfds_name, tfds_data_dir, tfds_split, tfds_heldout_split  a prepared TFDS
                    dataset in array_record format (source tfds).
   template, answer_field, uid_field  how a file/TFDS row becomes a prompt.
+  chat_template    render each prompt as a user message through the
+                   tokenizer's own chat template (`chat_template.jinja` or
+                   tokenizer_config.json's `chat_template`, as transformers
+                   renders it) with the assistant turn opened; for instruct
+                   checkpoints. Off: the raw text, with bos prepended when the
+                   tokenizer has one (base models).
+  system_prompt    with chat_template: a system message before the user's
+                   ("" = none, the template's own default applies).
   tokenizer        tokenizer directory; "" = the model's hf_path, or the
                    built-in byte tokenizer for presets.
 sampling:       rollouts (sampling/).
   sampler          flat | tree.
   n                samples per prompt (flat; the tree uses tree.leaves_per_prompt).
   temperature, top_k, top_p, min_p, max_new_tokens   SamplingParams.
-  page_size, segment_len   paged-KV page and decode-segment sizes.
+  page_size, segment_len   paged-KV page and decode-segment sizes (flat);
+                   the tree uses page_size too.
   tree.<field>     sampling.TreeConfig fields (None = its default);
-                   first_branching is "4" or a range "2,8".
+                   first_branching is "4" or a range "2,8". A leaf has at
+                   most tree.segment_len × tree.max_depth tokens, which must
+                   not exceed max_new_tokens; segment_len unset = max_new_tokens
+                   // max_depth (a multiple of page_size).
 train:          the RL loop (rl/trainer.py).
   steps, prompts_per_step   RL steps and prompts sampled per step.
-  epochs, minibatches       PPO epochs over each batch and optimizer steps per epoch.
+  epochs, minibatches       PPO epochs over each batch and optimizer steps per
+                   epoch (minibatches are whole prompt groups, so minibatches
+                   must divide prompts_per_step). With epochs × minibatches = 1
+                   the update is on-policy (ratio 1): clip settings, gspo,
+                   nsr, cispo and fipo would do nothing and are refused.
   old_logp         sampler (the sampler's log-probs are π_old; needs top_k/top_p/
                    min_p off) | recompute (a forward pass before the update;
-                   with loss.tis_cap set, the sampler's log-probs give TIS weights).
+                   with top_k/top_p/min_p on it needs loss.tis_cap: the
+                   sampler's log-probs then give truncated-IS weights).
+  warm_start       "" | sft: before RL, run the supervised warm start
+                   (`sft.*`, procedural tasks only) and start RL from it; the
+                   result is written to DIR/sft and reused by a rerun with the
+                   same model, data, sft settings and seed.
   dynamic_sampling DAPO filter: drop groups whose rewards all agree and sample
                    more prompts (up to dynamic_max_rounds rounds) to refill.
   logits_chunk     completion positions per logits block in the learner.
@@ -69,6 +90,8 @@ train:          the RL loop (rl/trainer.py).
                    during training; a final eval always runs).
   checkpoint_every export the policy as a Hugging Face directory every N steps
                    (0 = only at the end).
+  tensorboard      write DIR/tensorboard (needs the `tensorboard` extra).
+  plot             write DIR/progress.png (needs the `plots` extra).
 optim:          AdamW: lr, schedule (constant | linear | cosine), warmup_steps,
                 b1, b2, eps, weight_decay, grad_clip (0 = off), end_lr_fraction.
 eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
@@ -172,6 +195,8 @@ def data_section() -> ml_collections.ConfigDict:
     data.template = "{prompt}"
     data.answer_field = "answer"
     data.uid_field = ""
+    data.chat_template = False
+    data.system_prompt = ""
     data.tokenizer = ""
     return data
 
@@ -198,7 +223,8 @@ def train_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
         "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 3,
-        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "checkpoint_every": 0})
+        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "checkpoint_every": 0,
+        "warm_start": "", "tensorboard": True, "plot": True})
 
 
 def optim_section(lr: float = 1e-6) -> ml_collections.ConfigDict:

@@ -1,24 +1,50 @@
 """The embedded default: the `tiny` preset learns a procedural task on CPU.
 
-    python -m launch.demo                         # SFT warm start, then GRPO
+    python -m launch.demo                         # what `make demo` runs
     python -m launch.train --config=configs/demo.py --workdir=/tmp/run
+    python -m launch.train --config=configs/demo.py:tree --workdir=/tmp/tree
     python -m launch.train --config=configs/demo.py:dapo --workdir=/tmp/dapo
 
 No downloads: the model is initialised from `seed`, the tokenizer is the
-built-in byte tokenizer and the task is generated. The argument after the
-colon picks an algorithm variant (configs/variants.py); default grpo
-(without its KL term). The settings below are the measured run in the README.
+built-in byte tokenizer and the task is generated. A random-init model never
+solves the task, so every run of this config first takes the supervised warm
+start (`train.warm_start=sft`: 60 SFT steps, written to DIR/sft and reused
+by a rerun) and then trains with RL.
+
+The argument after the colon is a comma-separated list of:
+  (nothing)   GRPO *without* its KL term (`rl.kl.coef=0`: no reference model;
+              the demo measures the policy alone). This is the only place the
+              demo changes an algorithm's own settings.
+  <variant>   an algorithm variant (configs/variants.py: grpo, dr_grpo, dapo,
+              gspo, rloo, reinforce_pp) with all its own settings, KL and
+              update schedule included; `:grpo` is GRPO with its KL (β=0.04).
+  tree        TreePO sampling and tree advantages, shaped for the demo's
+              8-token answers: 2 segments of 4 tokens, 4 first branches each
+              split in 2 (8 leaves per prompt, like `sampling.n=8`).
+  <preset>    a model preset other than `tiny`.
+The settings below are the measured run in the README.
 """
 
 from configs import base, variants
 
 
+def _tree(config) -> None:
+    """TreePO on the demo task: leaves of at most max_new_tokens = 2 × 4 tokens."""
+    config.sampling.sampler = "tree"
+    config.sampling.page_size = 4
+    config.sampling.tree.segment_len = 4
+    config.sampling.tree.max_depth = 2
+    config.sampling.tree.leaves_per_prompt = 8
+    config.sampling.tree.first_branching = "4"
+    config.sampling.tree.divergence = 2
+    config.rl.advantage.name = "tree"
+
+
 def get_config(arg: str | None = None):
-    preset, chosen = base.parse_arg(arg)
+    tokens = [t for t in (arg or "").split(",") if t]
+    tree = "tree" in tokens
+    preset, chosen = base.parse_arg(",".join(t for t in tokens if t != "tree"))
     config = base.build(preset)
-    variants.apply(config, "grpo")
-    for name in chosen:
-        variants.apply(config, name)
 
     # Two-number countdown ("17, 23 -> 391: " -> "17 * 23"), numbers up to 30:
     # ~3,600 distinct problems, so the held-out split measures generalisation
@@ -40,9 +66,9 @@ def get_config(arg: str | None = None):
     config.train.prompts_per_step = 16
     config.train.eval_every = 25
     config.train.log_every = 10
+    config.train.warm_start = "sft"
     config.optim.lr = 7e-5
     config.optim.warmup_steps = 5
-    config.rl.kl.coef = 0.0  # no reference model: the demo measures the policy alone
 
     config.eval.size = 200
     config.eval.n = 4
@@ -53,5 +79,12 @@ def get_config(arg: str | None = None):
     config.sft.lr = 3e-3
     config.sft.warmup_steps = 20
     config.sft.eval_every = 0
+
+    variants.apply(config, "grpo")
+    config.rl.kl.coef = 0.0  # the demo's default: GRPO without a reference model
+    if tree:
+        _tree(config)
+    for name in chosen:  # a named variant brings all its own settings, KL included
+        variants.apply(config, name)
     config.lock()
     return config

@@ -3,14 +3,18 @@
 `run(main)` is `absl.app.run` with a flags parser that turns a bad
 `--config...` flag into one line on stderr and exit status 2, before any
 compute. A key that does not exist is named with its full path and the keys
-that do exist at that level.
+that do exist at that level. Ctrl-C (SIGINT) and SIGTERM end the program
+with one line on stderr (exit status 130 / 143), not a traceback; what was
+written (metrics up to the last finished step, exports) stays.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging as pylogging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -91,7 +95,8 @@ def define_config_flag(default_file: str = "demo.py"):
 
     return config_flags.DEFINE_config_file(
         "config", None,
-        f"Config file, `path.py[:preset,variant]` (default: configs/{default_file}).")
+        f"Config file `path.py[:arg]` (default configs/{default_file}); override any key "
+        "with --config.<section>.<key>=value (every key is documented in configs/base.py).")
 
 
 def define_workdir_flag(default: str | None = None):
@@ -106,6 +111,35 @@ def default_config_path(name: str = "base.py") -> str:
     return os.path.join(os.path.dirname(os.path.abspath(configs.__file__)), name)
 
 
+class Terminated(Exception):
+    """Raised in the main thread when the process receives SIGTERM."""
+
+
+def _raise_terminated(signum, frame):
+    del signum, frame
+    raise Terminated
+
+
+def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+    """`main` that ends with one line on stderr on Ctrl-C or SIGTERM."""
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("\nstopped: interrupted (Ctrl-C); files written so far are kept",
+                  file=sys.stderr)
+            sys.exit(130)
+        except Terminated:
+            print("\nstopped: terminated (SIGTERM); files written so far are kept",
+                  file=sys.stderr)
+            sys.exit(143)
+
+    return wrapped
+
+
 def run(main: Callable[[list[str]], None], default_config: str | None = None) -> None:
     """`app.run(main)`; `--config=default_config` is added when no --config is given.
 
@@ -118,19 +152,30 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     if default_config and not any(a == "--config" or a.startswith("--config=")
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")
-    app.run(main, flags_parser=_flags_parser)
+    # --help lists the main module's key flags: make the flags defined here for
+    # the entry point (--config, --workdir) key flags of the program being run
+    for name in ("config", "workdir"):
+        if name in flags.FLAGS:
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+    app.run(_stoppable(main), flags_parser=_flags_parser)
 
 
-def prepare(cfg, workdir: str):
+def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True):
     """`(run, params)` for an entry point: resolves and checks the config (one-line
-    error, exit 2, before any compute), writes DIR/config.json, builds the policy."""
+    error, exit 2, before any compute), writes DIR/config.json, builds the policy.
+    `for_sft`: the entry point is the supervised warm start; `logs`: it writes
+    TensorBoard files / a plot when the config asks (their extras must be installed)."""
     import json
 
     from rl import build
 
     try:
+        if os.path.exists(workdir) and not os.path.isdir(workdir):
+            raise ValueError(f"--workdir {workdir} exists and is not a directory")
         build.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
-        run_ = build.resolve(cfg, workdir)
+        run_ = build.resolve(cfg, workdir, for_sft=for_sft)
+        if logs:
+            build.check_log_extras(cfg)
         build.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -148,3 +193,46 @@ def print_heldout(summary: dict) -> None:
     after = summary["after"].get("heldout/accuracy")
     if before is not None and after is not None:
         print(f"heldout_accuracy: before={before:.3f} after={after:.3f}")
+
+
+def train(run_, params, workdir: str) -> dict:
+    """The training entry points' job: the supervised warm start when the config
+    asks for one (`train.warm_start`), then RL, then DIR/progress.png; progress
+    on stdout. Returns the trainer's {"before", "after"} held-out summary."""
+    import time
+
+    import jax
+
+    from rl import sft
+    from rl import trainer as trainer_lib
+    from rl.logs import plot
+
+    cfg, mc, start = run_.cfg, run_.model_config, time.perf_counter()
+    name = cfg.model.hf_path or cfg.model.preset
+    print(f"model: {name} ({mc.num_params() / 1e6:.2f}M params) on {jax.device_count()} "
+          f"{jax.devices()[0].platform} device(s); algorithm: {run_.algorithm.advantage}/"
+          f"{run_.algorithm.loss}, {cfg.sampling.sampler} sampling")
+    example = run_.train_source[0]
+    print(f"example prompt: {example.prompt!r}" + (f" -> solution {example.solution!r}"
+                                                   if example.solution else ""))
+    stages = 2 if cfg.train.warm_start else 1
+    if cfg.train.warm_start == "sft":
+        print(f"[1/2] supervised warm start: {cfg.sft.steps} steps")
+        params, summary, reused = sft.warm_start(run_, params, workdir)
+        how = (f"reused {os.path.join(workdir, 'sft')}" if reused
+               else f"{time.perf_counter() - start:.0f}s")
+        print(f"      held-out accuracy {summary['before'].get('heldout/accuracy', 0):.3f} -> "
+              f"{summary['after'].get('heldout/accuracy', 0):.3f} ({how})")
+    print(f"[{stages}/{stages}] RL: {cfg.train.steps} steps × {cfg.train.prompts_per_step} "
+          f"prompts × {run_.samples_per_prompt} samples")
+    trainer = trainer_lib.Trainer(run_, params, workdir)
+    summary = trainer.run()
+    written = [trainer.log.path, os.path.join(workdir, "final")]
+    if cfg.train.tensorboard:
+        written.append(os.path.join(workdir, "tensorboard"))
+    if cfg.train.plot:
+        data = cfg.data.task.name if cfg.data.source == "task" else cfg.data.source
+        written.append(plot(workdir, title=f"{data}: {name}, {run_.algorithm.advantage}"))
+    print(f"wrote {', '.join(written)}")
+    print(f"total {time.perf_counter() - start:.0f}s")
+    return summary

@@ -49,7 +49,7 @@ def main(argv):
             sys.exit(2)
         cfg.model.hf_path = path
     with tempfile.TemporaryDirectory() as tmp:
-        run_, params = prepare(cfg, tmp)
+        run_, params = prepare(cfg, tmp, logs=False)
         if run_.heldout_source is None:
             print("error: no held-out data (set data.heldout_path, data.tfds_heldout_split or "
                   "use a procedural task)", file=sys.stderr)

@@ -2,12 +2,15 @@
 
     python -m launch.sft --config=configs/demo.py --workdir=/tmp/sft
     python -m launch.train --config=configs/demo.py --workdir=/tmp/rl \
-        --config.model.hf_path=/tmp/sft/sft
+        --config.model.hf_path=/tmp/sft/sft --config.train.warm_start=
 
 Trains `sft.steps` steps of next-token loss on `prompt + solution + eos`
 (rl/sft.py), prints held-out greedy accuracy before and after, and writes
 the model with its tokenizer as a Hugging Face directory DIR/sft, plus
-DIR/sft_metrics.jsonl and DIR/tensorboard/sft.
+DIR/sft_metrics.jsonl and DIR/tensorboard/sft. A finished DIR/sft of the
+same settings is reused, not retrained. `launch.train` with
+`train.warm_start=sft` (the demo config's default) does this step itself
+in its own workdir; the commands above keep the two runs apart.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ _WORKDIR = define_workdir_flag()
 
 def main(argv):
     del argv
-    from rl import build, sft
+    from rl import sft
 
-    run_, params = prepare(_CONFIG.value, _WORKDIR.value)
-    params, summary = sft.train(run_, params, _WORKDIR.value)
-    out = build.export(os.path.join(_WORKDIR.value, "sft"), run_, params)
-    print(f"wrote {out}")
+    run_, params = prepare(_CONFIG.value, _WORKDIR.value, for_sft=True)
+    _, summary, reused = sft.warm_start(run_, params, _WORKDIR.value)
+    out = os.path.join(_WORKDIR.value, "sft")
+    print(f"{'reused' if reused else 'wrote'} {out}")
     print_heldout(summary)
 
 

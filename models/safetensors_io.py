@@ -1,23 +1,27 @@
-"""Minimal, strict safetensors reader/writer on NumPy (bf16 via ml_dtypes).
+"""Safetensors files on NumPy (bf16 via ml_dtypes), through the `safetensors` library.
 
-The reader memory-maps the file and validates the header completely (dtypes,
-shapes, offsets inside the file) before any tensor is touched, so a corrupt
-or truncated file fails with one error naming it instead of producing garbage
-later. Tensors come back as read-only NumPy views; nothing is copied until the
-caller converts them. No torch is involved, so bf16 checkpoints load without
-a framework round trip.
+`SafetensorsFile` opens one file with `safetensors.safe_open(framework="numpy")`,
+which memory-maps it and validates the whole header (dtypes, shapes, offsets
+inside the file) before any tensor is touched; a corrupt or truncated file
+fails with one `CheckpointError` naming it instead of producing garbage later.
+Each tensor is read only when `get` asks for it. No torch is involved, so bf16
+checkpoints load without a framework round trip. `write` saves with
+`safetensors.numpy.save_file` and the `{"format": "pt"}` metadata that
+transformers expects.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import struct
 from collections.abc import Mapping
 
+# ml_dtypes must be imported before safetensors reads a BF16 tensor with
+# framework="numpy": the library looks up np.dtype("bfloat16"), a name that
+# only exists once ml_dtypes has registered it.
 import ml_dtypes
 import numpy as np
+import safetensors
+import safetensors.numpy
 
 DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
@@ -26,7 +30,6 @@ DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype(np.uint8), "BOOL": np.dtype(np.bool_),
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
-_MAX_HEADER = 100 * 1024 * 1024
 
 
 class CheckpointError(ValueError):
@@ -34,7 +37,7 @@ class CheckpointError(ValueError):
 
 
 class SafetensorsFile:
-    """Read-only view of one `.safetensors` file.
+    """Read-only access to one `.safetensors` file.
 
     Attributes:
       path: the file. metadata: the `__metadata__` dict (may be empty).
@@ -44,73 +47,43 @@ class SafetensorsFile:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         try:
-            size = os.path.getsize(self.path)
-            with open(self.path, "rb") as f:
-                raw = f.read(8)
-                if len(raw) != 8:
-                    raise CheckpointError("file shorter than the 8-byte header length")
-                (n,) = struct.unpack("<Q", raw)
-                if n > _MAX_HEADER or 8 + n > size:
-                    raise CheckpointError(f"header length {n} is impossible for a {size}-byte file")
-                header = json.loads(f.read(n))
-        except CheckpointError as e:
-            raise CheckpointError(f"{self.path}: {e}") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{self.path}: not a readable safetensors file ({e})") from None
-        if not isinstance(header, dict):
-            raise CheckpointError(f"{self.path}: header is not a JSON object")
-        self._data_start = 8 + n
-        self.metadata = header.pop("__metadata__", None) or {}
-        self.tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-        self._offsets: dict[str, tuple[int, int]] = {}
-        for name, info in header.items():
-            try:
-                dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise CheckpointError(f"{self.path}: malformed header entry for {name!r}") from None
+            self._file = safetensors.safe_open(self.path, framework="numpy")
+            self.metadata = dict(self._file.metadata() or {})
+            self.tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+            for name in self._file.offset_keys():
+                info = self._file.get_slice(name)
+                self.tensors[name] = (info.get_dtype(), tuple(info.get_shape()))
+        except (safetensors.SafetensorError, OSError) as e:
+            raise CheckpointError(f"{self.path}: not a readable safetensors file, truncated or "
+                                  f"corrupt ({e})") from None
+        for name, (dtype, _) in self.tensors.items():
             if dtype not in DTYPES:
                 raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype}")
-            nbytes = math.prod(shape) * DTYPES[dtype].itemsize
-            if end - start != nbytes or start < 0 or self._data_start + end > size:
-                raise CheckpointError(
-                    f"{self.path}: tensor {name!r} offsets {start}..{end} do not fit its shape "
-                    f"{shape} {dtype} or the file size {size} (truncated file?)")
-            self.tensors[name] = (dtype, shape)
-            self._offsets[name] = (start, end)
-        self._mmap: np.memmap | None = None
 
     def get(self, name: str) -> np.ndarray:
-        """The tensor `name` as a read-only NumPy view of the mapped file."""
+        """The tensor `name`, read from the file now (only this tensor's bytes)."""
         if name not in self.tensors:
             raise CheckpointError(f"{self.path}: no tensor named {name!r}")
-        if self._mmap is None:
-            self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r")
-        dtype, shape = self.tensors[name]
-        start, end = self._offsets[name]
-        buf = self._mmap[self._data_start + start:self._data_start + end]
-        return buf.view(DTYPES[dtype]).reshape(shape)
+        try:
+            return self._file.get_tensor(name)
+        except (safetensors.SafetensorError, OSError) as e:
+            raise CheckpointError(f"{self.path}: cannot read tensor {name!r} ({e})") from None
 
 
 def write(path: str | os.PathLike, tensors: Mapping[str, np.ndarray],
           metadata: Mapping[str, str] | None = None) -> None:
-    """Writes `tensors` (name -> array) as one safetensors file, atomically."""
-    header: dict = {"__metadata__": dict(metadata or {"format": "pt"})}
-    offset = 0
-    arrays = []
+    """Writes `tensors` (name -> array) as one safetensors file, atomically.
+
+    The metadata always carries `"format": "pt"` (transformers refuses a file
+    without it) unless `metadata` sets another format.
+    """
+    arrays = {}
     for name, arr in tensors.items():
+        # save_file reads each array's raw buffer: it must be C-contiguous.
         arr = np.ascontiguousarray(arr)
         if arr.dtype not in _NAMES:
             raise ValueError(f"tensor {name!r}: dtype {arr.dtype} cannot be stored in safetensors")
-        header[name] = {"dtype": _NAMES[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        arrays.append(arr)
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)  # the data section starts 8-byte aligned
+        arrays[name] = arr
     tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for arr in arrays:
-            f.write(arr.tobytes())
+    safetensors.numpy.save_file(arrays, tmp, metadata={"format": "pt", **(metadata or {})})
     os.replace(tmp, path)

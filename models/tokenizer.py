@@ -284,8 +284,10 @@ class SentencePieceTokenizer(Tokenizer):
     """Backend for a SentencePiece ``.model`` file; BOS/EOS follow tokenizer_config ``add_bos/eos_token``."""
 
     def __init__(self, path: Path, model_file: Path) -> None:
-        import sentencepiece
+        from models import extras
 
+        sentencepiece = extras.require("sentencepiece", "sentencepiece",
+                                       "a SentencePiece tokenizer (tokenizer.model)")
         self._sp = sentencepiece.SentencePieceProcessor()
         try:
             self._sp.Load(str(model_file))

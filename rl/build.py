@@ -23,11 +23,12 @@ import tempfile
 from typing import Any
 
 import jax
-from jax._src import xla_bridge  # backends_are_initialized: no public equivalent
+from jax.extend import backend as jax_backend
 
 import models
-from models import sharding
+from models import extras, sharding
 from models.config import ModelConfig
+from models.extras import MissingExtra
 from models.safetensors_io import CheckpointError
 from rl import algorithm as algorithm_lib
 from rl.algorithm import Algorithm, set_options
@@ -37,10 +38,15 @@ from rl.registry import RegistryError
 from rl.rewards import RewardInputError
 from sampling import SamplingParams, TreeConfig
 
-ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError, ValueError,
-          KeyError, FileNotFoundError)
+ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError, MissingExtra,
+          ValueError, KeyError, FileNotFoundError)
 OLD_LOGP_SOURCES = ("sampler", "recompute")
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
+WARM_STARTS = ("", "sft")
+SCHEDULES = ("constant", "linear", "cosine")
+# what only acts once π_θ has moved away from π_old (a second optimizer step on a batch)
+OFF_POLICY_LOSSES = ("gspo", "gspo_token", "nsr", "cispo")
+CLIP_OPTIONS = ("eps_low", "eps_high", "dual_clip", "delta_low", "delta_high")
 _LOG = logging.getLogger(__name__)
 
 
@@ -66,10 +72,17 @@ class Run:
 
     @property
     def completion_len(self) -> int:
-        """C: the most tokens a completion can have."""
+        """C: the most tokens a completion can have (the tree's leaves never exceed
+        `sampling.max_new_tokens`; `resolve` checks it)."""
         if self.tree:
             return self.tree.segment_len * self.tree.max_depth
         return self.sampling_params.max_new_tokens
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A prompt's token ids under `data.chat_template` / `data.system_prompt`."""
+        data = self.cfg.data
+        return encode_prompt(self.tokenizer, text, chat_template=bool(data.chat_template),
+                             system_prompt=data.system_prompt)
 
 
 def message(error: BaseException) -> str:
@@ -132,15 +145,40 @@ def make_sources(data) -> tuple[Any, Any | None, str]:
     return train, heldout, ""
 
 
-def _tree(section) -> TreeConfig:
-    opts = set_options(section, exclude=())
+def _tree(s) -> TreeConfig:
+    """The tree shape from `sampling.tree`, checked against `sampling.max_new_tokens`:
+    segment_len unset = max_new_tokens // max_depth; page_size = sampling.page_size."""
+    opts = set_options(s.tree, exclude=())
     if "first_branching" in opts:
-        parts = [int(p) for p in str(opts["first_branching"]).split(",")]
+        try:
+            parts = [int(p) for p in str(opts["first_branching"]).split(",")]
+        except ValueError:
+            parts = []
         if len(parts) not in (1, 2):
             raise ValueError(f"sampling.tree.first_branching must be 'k' or 'lo,hi', got "
                              f"{opts['first_branching']!r}")
         opts["first_branching"] = parts[0] if len(parts) == 1 else tuple(parts)
-    return TreeConfig(**opts)
+    depth = int(opts.get("max_depth", TreeConfig.max_depth))
+    if depth < 1:
+        raise ValueError(f"sampling.tree.max_depth must be >= 1, got {depth}")
+    if "segment_len" not in opts:
+        opts["segment_len"] = s.max_new_tokens // depth
+        if opts["segment_len"] < 1 or opts["segment_len"] % s.page_size:
+            raise ValueError(
+                f"sampling.tree.segment_len is unset and sampling.max_new_tokens // "
+                f"sampling.tree.max_depth = {s.max_new_tokens} // {depth} = "
+                f"{opts['segment_len']} is not a positive multiple of sampling.page_size="
+                f"{s.page_size}: set sampling.tree.segment_len (and page_size)")
+    seg = int(opts["segment_len"])
+    if seg * depth > s.max_new_tokens:
+        raise ValueError(
+            f"sampling.tree.segment_len × max_depth = {seg} × {depth} = {seg * depth} tokens "
+            f"exceeds sampling.max_new_tokens={s.max_new_tokens}: a leaf would be longer than "
+            "the limit (lower them, or raise max_new_tokens)")
+    try:
+        return TreeConfig(page_size=s.page_size, **opts)
+    except ValueError as e:
+        raise ValueError(f"sampling.tree: {e}") from None
 
 
 def _eval_ks(section) -> tuple[int, ...]:
@@ -153,21 +191,74 @@ def _eval_ks(section) -> tuple[int, ...]:
     return ks
 
 
+def _positive(section, name: str, keys: tuple[str, ...], *, strict: bool) -> None:
+    for key in keys:
+        value = section[key]
+        if value is None or (value <= 0 if strict else value < 0):
+            raise ValueError(f"{name}.{key} must be {'>' if strict else '>='} 0, got {value}")
+
+
+def _check_optim(o) -> None:
+    _positive(o, "optim", ("lr", "eps"), strict=True)
+    _positive(o, "optim", ("warmup_steps", "weight_decay", "grad_clip"), strict=False)
+    if o.schedule not in SCHEDULES:
+        raise ValueError(f"unknown optim.schedule {o.schedule!r} (choose from "
+                         f"{', '.join(SCHEDULES)})")
+    for key in ("b1", "b2"):
+        if not 0.0 <= o[key] < 1.0:
+            raise ValueError(f"optim.{key} must be in [0, 1), got {o[key]}")
+    if not 0.0 <= o.end_lr_fraction <= 1.0:
+        raise ValueError(f"optim.end_lr_fraction must be in [0, 1], got {o.end_lr_fraction}")
+
+
+def _check_sft(s) -> None:
+    _positive(s, "sft", ("steps", "batch_size", "lr"), strict=True)
+    _positive(s, "sft", ("warmup_steps", "weight_decay", "grad_clip", "eval_every"),
+              strict=False)
+
+
+def _check_update_schedule(cfg, alg: Algorithm) -> None:
+    """Refuses what would do nothing with one on-policy optimizer step per batch:
+    π_θ = π_old at that step, so every ratio is 1 and nothing is clipped or reweighted."""
+    train = cfg.train
+    if train.epochs * train.minibatches > 1:
+        return
+    inert = [f"rl.loss.{k}" for k in CLIP_OPTIONS if alg.loss_options.get(k) is not None]
+    if alg.loss in OFF_POLICY_LOSSES:
+        inert.insert(0, f"rl.loss.name={alg.loss}")
+    if alg.reweight == "fipo":
+        inert.append("rl.reweight.name=fipo")
+    if inert:
+        raise ValueError(
+            f"{', '.join(inert)} set with train.epochs × train.minibatches = 1: each rollout "
+            "batch gets one on-policy optimizer step, where π_θ/π_old = 1, so it would never "
+            "act; set train.minibatches (DAPO uses 16 per batch) or train.epochs > 1, or "
+            "drop it")
+
+
 def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
     train = cfg.train
     if train.old_logp not in OLD_LOGP_SOURCES:
         raise ValueError(f"train.old_logp must be one of {OLD_LOGP_SOURCES}, got "
                          f"{train.old_logp!r}")
-    if train.old_logp == "sampler" and (sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0):
+    filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
+    if train.old_logp == "sampler" and filtered:
         raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
                          "log-probs are then those of the policy at the sampling temperature); "
                          "use train.old_logp=recompute")
+    if train.old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
+        raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
+                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
+                         "not the policy, and truncated importance sampling corrects that")
     if sp.temperature <= 0:
         raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
     for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",
                  "log_every", "dynamic_max_rounds"):
         if train[name] < 1:
             raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
+    for name in ("eval_every", "checkpoint_every"):
+        if train[name] < 0:
+            raise ValueError(f"train.{name} must be >= 0, got {train[name]}")
     if train.prompts_per_step % train.minibatches:
         raise ValueError(f"train.minibatches={train.minibatches} does not divide "
                          f"train.prompts_per_step={train.prompts_per_step}: minibatches are "
@@ -175,6 +266,17 @@ def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
     if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
         raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
                          f"sampling.n must be >= 2")
+    if train.warm_start not in WARM_STARTS:
+        raise ValueError(f"train.warm_start must be one of {WARM_STARTS}, got "
+                         f"{train.warm_start!r}")
+    _check_update_schedule(cfg, alg)
+
+
+def check_sft_data(cfg) -> None:
+    """The supervised warm start trains on solutions, which only procedural tasks have."""
+    if cfg.data.source != "task":
+        raise ValueError(f"supervised warm start needs data.source=task (procedural tasks "
+                         f"carry solutions; {cfg.data.source} rows do not)")
 
 
 COMPILE_CACHE_MIN_SECONDS = 0.1  # programs that compile faster are not worth a file
@@ -211,6 +313,12 @@ def cpu_only() -> bool:
     return not any(importlib.util.find_spec(m) for m in _ACCELERATOR_MODULES)
 
 
+def backend_started() -> bool:
+    """Whether this process has started a JAX backend (and so read XLA_FLAGS): every
+    computation goes through `jax.extend.backend.get_backend`, whose cache then holds it."""
+    return jax_backend.get_backend.cache_info().currsize > 0
+
+
 def configure_xla(flags: str) -> str:
     """Adds `flags` (the config's `cpu_xla_flags`) to XLA_FLAGS in a CPU-only
     process (see `cpu_only`) and returns what was added ("" when nothing was:
@@ -232,7 +340,7 @@ def configure_xla(flags: str) -> str:
     new = [f for f in flags.split() if f.split("=", 1)[0] not in have]
     if not new:
         return ""
-    if xla_bridge.backends_are_initialized():
+    if backend_started():
         _LOG.warning("cpu_xla_flags %r not applied: JAX has already started a backend "
                      "and read XLA_FLAGS", " ".join(new))
         return ""
@@ -240,13 +348,22 @@ def configure_xla(flags: str) -> str:
     return " ".join(new)
 
 
+def check_log_extras(cfg) -> None:
+    """The optional packages the run's logs need (`train.tensorboard`, `train.plot`)."""
+    needs = [("tensorboard", "tensorboard", "train.tensorboard=True")] * cfg.train.tensorboard
+    needs += [("matplotlib", "plots", "train.plot=True")] * cfg.train.plot
+    for module, extra, feature in needs:
+        extras.check(module, extra, feature)
+
+
 def needs_reference(alg: Algorithm) -> bool:
     """Whether the run keeps a frozen reference policy."""
     return alg.kl_coef > 0 or alg.reweight in ("delta_logp_mask", "divergence_weighted")
 
 
-def resolve(cfg, workdir: str | None = None) -> Run:
-    """Everything but the parameters, validated; raises one of ERRORS."""
+def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
+    """Everything but the parameters, validated; raises one of ERRORS. `for_sft`:
+    the run is a supervised warm start (launch.sft), which needs task solutions."""
     rl = cfg.rl.copy_and_resolve_references()
     train, heldout, task_reward = make_sources(cfg.data)
     if not rl.reward.name:
@@ -260,16 +377,26 @@ def resolve(cfg, workdir: str | None = None) -> Run:
         raise ValueError(f"sampling.sampler must be flat or tree, got {s.sampler!r}")
     sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                         min_p=s.min_p, max_new_tokens=s.max_new_tokens)
-    tree = _tree(s.tree) if s.sampler == "tree" else None
+    tree = _tree(s) if s.sampler == "tree" else None
     if tree is None and set_options(s.tree, exclude=()):
         raise ValueError("sampling.tree options are set but sampling.sampler is flat")
     samples = tree.leaves_per_prompt if tree else s.n
     _check_train(cfg, alg, sp, samples)
+    _check_optim(cfg.optim)
+    _check_sft(cfg.sft)
+    if cfg.train.warm_start == "sft" or for_sft:
+        check_sft_data(cfg)
     if alg.advantage == "tree" and tree is None:
         raise ValueError("advantage tree needs sampling.sampler=tree")
     eval_ks = _eval_ks(cfg.eval)
     mesh, rules = sharding.from_config_section(cfg.mesh)
     tokenizer, tokenizer_dir = _tokenizer(cfg, workdir)
+    if cfg.data.chat_template and not tokenizer.has_chat_template:
+        raise ValueError(f"data.chat_template is on but the tokenizer in {tokenizer_dir} has "
+                         "no chat template (chat_template.jinja or tokenizer_config.json's "
+                         "chat_template)")
+    if cfg.data.system_prompt and not cfg.data.chat_template:
+        raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
     return Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
                rules, sharding.ActivationSharding(mesh, rules), eval_ks)
@@ -286,8 +413,18 @@ def init_params(run: Run) -> Any:
                                  run.rules)
 
 
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    """Token ids of a prompt, starting with bos when the tokenizer has one."""
+def encode_prompt(tokenizer, text: str, *, chat_template: bool = False,
+                  system_prompt: str = "") -> list[int]:
+    """Token ids of a prompt. Plain: the text, starting with bos when the tokenizer
+    has one. `chat_template`: a user message (after a system message when
+    `system_prompt` is set) rendered with the tokenizer's chat template and the
+    assistant turn opened, encoded without added special tokens (as transformers'
+    `apply_chat_template(..., tokenize=True)`; the template writes any bos itself)."""
+    if chat_template:
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        messages.append({"role": "user", "content": text})
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                  tokenize=True))
     ids = tokenizer.encode(text)
     bos = tokenizer.bos_id
     if bos is not None and (not ids or ids[0] != bos):

@@ -20,7 +20,7 @@ import numpy as np
 
 import sampling
 from rl import rewards as rewards_lib
-from rl.build import Run, encode_prompt
+from rl.build import Run
 
 CORRECT = 1.0 - 1e-6
 
@@ -57,7 +57,7 @@ def evaluate(run: Run, params, rng: jax.Array, *, size: int | None = None) -> di
     ev = run.cfg.eval
     size = min(size or ev.size, len(source))
     examples = [source[i] for i in range(size)]
-    prompts = [encode_prompt(run.tokenizer, ex.prompt) for ex in examples]
+    prompts = [run.encode_prompt(ex.prompt) for ex in examples]
     refs = [ex.reference for ex in examples]
     max_new = run.completion_len
     greedy = sampling.SamplingParams(temperature=0.0, max_new_tokens=max_new)

@@ -23,9 +23,10 @@ sampler's log-probs are), only at completion positions. Each prompt is run
 once for its G completions (`models.shared_prefix_hidden_states`: the prompt
 tokens are computed per group, not per row); the final hidden states are
 gathered at the C positions that predict completion tokens, and
-logits are formed `logits_chunk` positions at a time under `jax.checkpoint`,
-so neither the forward nor the backward pass holds more than
-[N, logits_chunk, V] logits.
+logits are formed at most `logits_chunk` positions at a time under
+`jax.checkpoint`, so neither the forward nor the backward pass holds more than
+[N, logits_chunk, V] logits. Any C works: C is split into ceil(C / logits_chunk)
+equal blocks, the last one zero-padded when needed (`chunk_layout`).
 
 `train_step` runs `epochs` passes over the batch, each split into
 `minibatches` optimizer steps of whole prompt groups (PPO epochs; a fresh
@@ -96,26 +97,54 @@ def token_logprobs(config: ModelConfig, params: dict, prompts: jax.Array,
     hidden = jnp.concatenate(
         [jnp.broadcast_to(last[:, None], (p, g, 1, d)), hc[:, :, :c - 1]], axis=2)
     hidden = hidden.reshape(n, c, d)                                             # [N, C, D]
+    return _chunked_stats(config, params, hidden, completion, temperature, logits_chunk)
+
+
+def chunk_layout(c: int, logits_chunk: int) -> tuple[int, int]:
+    """(k, size): C positions as k blocks of `size` <= logits_chunk, k·size >= C.
+
+    k = ceil(C / logits_chunk) blocks of size = ceil(C / k), the smallest
+    blocks that fit: fewer than k padded positions, any C (e.g. C = 300 with
+    logits_chunk = 256 is 2 blocks of 150, no padding).
+    """
+    if logits_chunk < 1:
+        raise ValueError(f"logits_chunk must be >= 1, got {logits_chunk}")
+    k = max(-(-c // logits_chunk), 1)
+    return k, -(-c // k)
+
+
+def _chunked_stats(config: ModelConfig, params: dict, hidden: jax.Array, targets: jax.Array,
+                   temperature: float, logits_chunk: int) -> tuple[jax.Array, jax.Array]:
+    """hidden [N, C, D], targets [N, C] -> (logp [N, C], entropy [N, C]), fp32.
+
+    Logits are formed one block of `chunk_layout` positions at a time under
+    `jax.checkpoint`. When the blocks overrun C, hidden is zero-padded and
+    targets 0-padded to k·size; a zero hidden state gives all-zero (finite)
+    logits, and the padded outputs are sliced off, so they get a zero
+    cotangent and change neither values nor gradients (no NaN path).
+    """
+    n, c, d = hidden.shape
 
     @jax.checkpoint
-    def chunk_stats(h, targets):
-        logits = models.logits_from_hidden(config, params, h) / temperature  # [N, c, V]
+    def chunk_stats(h, t):
+        logits = models.logits_from_hidden(config, params, h) / temperature  # [N, size, V]
         lse = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        picked = jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]
         probs = jnp.exp(logits - lse[..., None])
         entropy = lse - jnp.sum(probs * logits, axis=-1)
         return picked - lse, entropy
 
-    size = min(logits_chunk, c)
-    if c % size:
-        raise ValueError(f"completion length {c} is not a multiple of logits_chunk {size}")
-    if size == c:
-        return chunk_stats(hidden, completion)
-    k = c // size
-    hs = hidden.reshape(n, k, size, -1).swapaxes(0, 1)
-    ts = completion.reshape(n, k, size).swapaxes(0, 1)
-    logp, entropy = jax.lax.map(lambda a: chunk_stats(*a), (hs, ts))
-    return (logp.swapaxes(0, 1).reshape(n, c), entropy.swapaxes(0, 1).reshape(n, c))
+    k, size = chunk_layout(c, logits_chunk)
+    if k == 1:
+        return chunk_stats(hidden, targets)
+    pad = k * size - c
+    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))                # [N, k·size, D]
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))                       # [N, k·size]
+    hs = hidden.reshape(n, k, size, d).swapaxes(0, 1)                    # [k, N, size, D]
+    ts = targets.reshape(n, k, size).swapaxes(0, 1)                      # [k, N, size]
+    logp, entropy = jax.lax.map(lambda a: chunk_stats(*a), (hs, ts))     # [k, N, size] each
+    unblock = lambda x: x.swapaxes(0, 1).reshape(n, k * size)[:, :c]
+    return unblock(logp), unblock(entropy)
 
 
 def make_optimizer(lr: float, *, total_steps: int, schedule: str = "constant",

@@ -20,6 +20,8 @@ import sys
 import time
 from collections.abc import Mapping
 
+from models import extras
+
 TIMING_PREFIXES = ("time/", "perf/")
 CONSOLE_KEYS = (("reward/mean", "reward"), ("accuracy", "acc"), ("heldout/accuracy", "heldout"),
                 ("kl", "kl"), ("entropy", "ent"), ("response_length/mean", "len"),
@@ -42,6 +44,10 @@ class RunLog:
     def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
                  stream=None, name: str = "train", every: int = 1):
         os.makedirs(workdir, exist_ok=True)
+        self.writer = None
+        if tensorboard:  # first, so a missing package fails before any file is opened
+            summary = extras.require("tensorboard.summary", "tensorboard", "TensorBoard logging")
+            self.writer = summary.Writer(os.path.join(workdir, "tensorboard", name))
         self.path = os.path.join(workdir, "metrics.jsonl" if name == "train"
                                  else f"{name}_metrics.jsonl")
         self.file = open(self.path, "w")  # noqa: SIM115 - open for the run
@@ -49,10 +55,6 @@ class RunLog:
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.start = time.perf_counter()
-        self.writer = None
-        if tensorboard:
-            from tensorboard.summary import Writer
-            self.writer = Writer(os.path.join(workdir, "tensorboard", name))
 
     def write(self, step: int, metrics: Mapping[str, object], *, console: bool = True) -> None:
         record = {"step": int(step)}
@@ -104,7 +106,7 @@ def strip_timing(records: list[dict]) -> list[dict]:
 
 def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
     """PNG of training reward and held-out accuracy per step from DIR/metrics.jsonl."""
-    import matplotlib
+    matplotlib = extras.require("matplotlib", "plots", "the progress plot (rl.logs.plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

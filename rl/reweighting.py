@@ -15,7 +15,8 @@ per-sequence [N] or per-token [N, T].
                         Δ_k = log π_θ - log π_old (detached); tokens with Â<0
                         and ratio > neg_ratio_cap get f ≤ 1
   divergence_weighted   1 + α·D_t / mean(D) with D_t a per-token divergence
-                        between π_θ and π_ref (e.g. rl.kl.js_divergence)
+                        passed in by the caller; the trainer passes the k3
+                        estimate of KL(π_old‖π_ref) at the sampled token
 
 FIPO depends on the current policy, so it is applied inside the loss
 (`rl.losses.compute(..., reweight="fipo")`); the others can run once per batch.

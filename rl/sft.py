@@ -1,6 +1,7 @@
 """Supervised warm start: maximise log π(solution | prompt) on the task's solutions.
 
     params, summary = rl.sft.train(run, params, workdir)
+    params, summary = rl.sft.warm_start(run, params, workdir)   # run once, reuse after
 
 Each example becomes `prompt + solution + eos`; the loss is the mean
 negative log-likelihood of the solution and eos tokens (prompt tokens are
@@ -13,6 +14,8 @@ DIR/tensorboard/sft.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any
 
@@ -24,7 +27,8 @@ import optax
 from rl import evaluation, ops
 from rl import learner as learner_lib
 from rl.batch import assemble
-from rl.build import Run, encode_prompt
+from rl import build
+from rl.build import Run
 from rl.data.sources import batches
 from rl.logs import RunLog
 
@@ -52,7 +56,7 @@ def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.n
         if not ex.solution:
             raise ValueError(f"example {ex.uid} has no solution: supervised warm start needs "
                              "a procedural task (data.source=task)")
-        prompts.append(encode_prompt(run.tokenizer, ex.prompt))
+        prompts.append(run.encode_prompt(ex.prompt))
         completions.append((run.tokenizer.encode(ex.solution) + [eos])[:completion_len])
     seqs = assemble(prompts, completions, group_size=1, groups=len(examples),
                     completion_len=completion_len)
@@ -76,7 +80,8 @@ def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dic
     step_fn = make_step(run, optimizer, min(cfg.train.logits_chunk, c))
     opt_state = learner_lib.on_mesh(jax.jit(optimizer.init)(params), run.act)
     data = batches(run.train_source, s.batch_size, seed=cfg.seed + 100)
-    log = RunLog(workdir, s.steps, stream=stream, name="sft", every=max(s.steps // 10, 1))
+    log = RunLog(workdir, s.steps, stream=stream, name="sft", every=max(s.steps // 10, 1),
+                 tensorboard=cfg.train.tensorboard)
     rng = jax.random.key(cfg.seed + 2)
     before = evaluation.evaluate(run, params, rng)
     log.write(0, before, console=False)
@@ -96,3 +101,44 @@ def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dic
     log.close()
     after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
     return params, {"before": before, "after": after}
+
+
+WARM_START_FILE = "warm_start.json"
+
+
+def fingerprint(run: Run) -> dict:
+    """What determines the warm start's result: model, data, sft settings, seed and
+    the completion length its batches are padded to."""
+    cfg = run.cfg
+    return json.loads(json.dumps({
+        "model": cfg.model.to_dict(), "data": cfg.data.to_dict(), "sft": cfg.sft.to_dict(),
+        "seed": cfg.seed, "completion_len": run.completion_len}, default=str))
+
+
+def _reusable(path: str, run: Run) -> dict | None:
+    """The saved summary when DIR/sft holds a finished warm start of this fingerprint."""
+    try:
+        with open(os.path.join(path, WARM_START_FILE)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return saved.get("summary") if saved.get("fingerprint") == fingerprint(run) else None
+
+
+def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict, bool]:
+    """`train.warm_start=sft`: (params, summary, reused). Runs `train` and exports
+    DIR/sft (its fingerprint written last, so an interrupted export is not reused),
+    or loads DIR/sft when it holds a finished warm start with the same fingerprint."""
+    import models
+
+    path = os.path.join(workdir, "sft")
+    summary = _reusable(path, run)
+    if summary is not None:
+        _, params = models.load_pretrained(path, run.model_config.weight_dtype, mesh=run.mesh,
+                                           rules=run.rules)
+        return params, summary, True
+    params, summary = train(run, params, workdir, stream=stream)
+    build.export(path, run, params)
+    with open(os.path.join(path, WARM_START_FILE), "w") as f:
+        json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
+    return params, summary, False

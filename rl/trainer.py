@@ -5,7 +5,7 @@
     summary = trainer.run()      # {"before": {...}, "after": {...}} held-out metrics
 
 One step (`Trainer.step`):
-  1. take `prompts_per_step` prompts from the resumable grain iterator;
+  1. take `prompts_per_step` prompts from the seeded grain iterator;
   2. sample `n` completions each (flat) or a tree of leaves (tree), with the
      sampler's log-probs;
   3. score them with the verifier; with `train.dynamic_sampling` (DAPO) drop
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Any
 
@@ -41,11 +42,12 @@ from rl import evaluation
 from rl import kl as kl_lib
 from rl import learner as learner_lib
 from rl.batch import assemble
-from rl.build import Run, encode_prompt, export, needs_reference
+from rl.build import Run, export, needs_reference
 from rl.data.sources import batches
 from rl.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
+ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
 
 
 @dataclasses.dataclass
@@ -90,7 +92,11 @@ class Trainer:
         self.rows = cfg.train.prompts_per_step * self.samples
         self.rng = jax.random.key(cfg.seed)
         self.eval_rng = jax.random.key(cfg.seed + 2)
-        self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every)
+        self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every,
+                          tensorboard=cfg.train.tensorboard)
+        self.warnings = sys.stderr if stream is None else stream
+        self.zero_reward_steps = 0  # consecutive steps from the start with every reward 0
+        self.empty_steps = 0        # steps whose dynamic sampling kept no group
         self._advantages = jax.jit(self._advantage_kernel)
 
     # -- rollouts ---------------------------------------------------------------------------
@@ -109,15 +115,17 @@ class Trainer:
         want = cfg.train.prompts_per_step
         rounds = cfg.train.dynamic_max_rounds if cfg.train.dynamic_sampling else 1
         kept, sampled_groups, zero_std, all_rewards, gen_tokens = Groups(), 0, 0, [], 0
+        longest = 0
         next_gid = 0
         for _ in range(rounds):
             examples = next(self.data)
-            prompts = [encode_prompt(run.tokenizer, ex.prompt) for ex in examples]
+            prompts = [run.encode_prompt(ex.prompt) for ex in examples]
             self.rng, key = jax.random.split(self.rng)
             rollouts = self._sample(prompts, key)
             rewards = evaluation.score_rollouts(run, rollouts, [ex.reference for ex in examples])
             all_rewards.append(rewards)
             gen_tokens += int(rollouts.lengths.sum())
+            longest = max(longest, int(rollouts.lengths.max()))
             for p in range(len(examples)):
                 rows = np.flatnonzero(rollouts.prompt_index == p)
                 sampled_groups += 1
@@ -142,6 +150,8 @@ class Trainer:
                  "dynamic/rounds": len(all_rewards), "dynamic/kept_groups": kept.num_groups,
                  "sampled/reward_mean": float(rewards.mean()),
                  "sampled/accuracy": float(np.mean(rewards >= evaluation.CORRECT)),
+                 "sampled/all_zero": int(not np.any(rewards)),
+                 "sampled/response_length_max": longest,
                  "generated_tokens": gen_tokens}
         return kept, stats
 
@@ -194,11 +204,40 @@ class Trainer:
                                           np.asarray(old_logp), np.asarray(ref_logp), paths)
         return np.asarray(adv), np.asarray(grad_mask)
 
+    # -- warnings -----------------------------------------------------------------------------
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=self.warnings, flush=True)
+
+    def check_progress(self, step: int, metrics: dict) -> None:
+        """Warns when the run cannot learn: every reward 0 over its first steps, or a
+        step whose dynamic sampling kept no group (its update is skipped)."""
+        if self.zero_reward_steps == step - 1 and metrics.get("sampled/all_zero"):
+            self.zero_reward_steps = step
+            if step == min(ZERO_REWARD_STEPS, self.cfg.train.steps):
+                self.warn(
+                    f"every sampled completion scored 0 over the first {step} steps: with "
+                    "identical rewards every advantage is 0 and the policy does not change. "
+                    "Start from a policy that sometimes succeeds (train.warm_start=sft for "
+                    "procedural tasks, or model.hf_path), or make the task easier")
+        if metrics.get("batch/rows") == 0:
+            self.empty_steps += 1
+            if self.empty_steps == 1 or self.empty_steps % 10 == 0:
+                self.warn(
+                    f"step {step}: dynamic sampling kept no group ({self.empty_steps} such "
+                    f"steps so far): in all {metrics['dynamic/rounds']} rounds every prompt's "
+                    "samples scored alike (all right or all wrong), so there is nothing to "
+                    "learn and the update was skipped. Raise train.dynamic_max_rounds or "
+                    "sampling.n, or use a task nearer the policy's level")
+
     # -- one step -----------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
         groups, stats = self.collect()
+        if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
+            elapsed = time.perf_counter() - t0
+            return stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
+                            "time/step": elapsed}
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
                         sampler_logp=groups.logp)
@@ -238,7 +277,7 @@ class Trainer:
             "response_length/mean": float(lengths.mean()),
             "response_length/max": int(lengths.max()),
             "response_length/truncated_frac": float(np.mean(groups.truncated)) if n else 0.0,
-            "batch/rows": n, "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean())
+            "batch/rows": n, "update/skipped": 0, "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean())
             if grad_mask.any() else 0.0,
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
@@ -264,6 +303,7 @@ class Trainer:
         metrics = {}
         for step in range(1, cfg.train.steps + 1):
             metrics = self.step()
+            self.check_progress(step, metrics)
             if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
                 metrics.update(self.evaluate())
             if step == cfg.train.steps:

@@ -11,10 +11,17 @@ depth >= d that share the first d branch ids (G_0 is the prompt's group).
     used depths: d = 0 always; d > 0 only when |G_d(i)| > 1, and, with
     skip_zero_std, only when the rewards in G_d(i) are not all equal.
 
+With a response mask [N, T], A_i is put on every response token, and with
+per-token rewards r (`token_rewards` [N, T], e.g. the KL penalty -coef·KL_t of
+rl.kl.reward_penalty) their return-to-go is added, as in `reinforce_pp`:
+
+    A_{i,t} = A_i + sum_{k >= t, mask[i, k]} r_{i,k}        (mask[i, t] true; else 0)
+
 Finally A is whitened over the batch (`whiten=True`): over valid samples, or
 over valid response tokens when a mask [N, T] is given (TreePO whitens tokens,
 so longer responses weigh more). With no branching (all paths -1) the result is
-the group-mean baseline, i.e. `reinforce_pp_baseline` (or `dr_grpo` unwhitened).
+the group-mean baseline, i.e. `reinforce_pp_baseline` with gamma = 1 (also with
+token_rewards), or `dr_grpo` unwhitened.
 
 Subgroups come from one lexicographic sort over (group, path) and a
 boundary cumsum per depth: O(N log N + N·D), no Python loop over samples.
@@ -56,15 +63,8 @@ def subgroup_indices(index: jax.Array, paths: jax.Array) -> list[tuple[jax.Array
     return out
 
 
-@register("tree")
-def tree(rewards, index, valid, *, paths, mask=None, depth_weighting: str = "average",
-         skip_zero_std: bool = False, whiten: bool = True, eps: float = 1e-6) -> jax.Array:
-    """TreePO advantage (see module docstring). `paths` [N, D] int, -1 padded."""
-    paths = jnp.asarray(paths)
-    chex.assert_rank(paths, 2)
-    chex.assert_equal_shape_prefix([paths, rewards], 1)
-    if depth_weighting not in ("average", "size"):
-        raise ValueError(f"depth_weighting must be 'average' or 'size', got {depth_weighting!r}")
+def _tree_baseline(rewards, index, valid, paths, depth_weighting, skip_zero_std):
+    """[N] unwhitened tree advantage A_i (module docstring); 0 where not valid."""
     total = jnp.zeros_like(rewards)
     weight = jnp.zeros_like(rewards)
     for depth, (sub, reaches) in enumerate(subgroup_indices(index, paths)):
@@ -76,11 +76,54 @@ def tree(rewards, index, valid, *, paths, mask=None, depth_weighting: str = "ave
         w = jnp.ones_like(rewards) if depth_weighting == "average" else count
         total = total + jnp.where(used, w * (rewards - mean), 0.0)
         weight = weight + jnp.where(used, w, 0.0)
-    adv = jnp.where(valid, total / jnp.maximum(weight, 1e-12), 0.0)
+    return jnp.where(valid, total / jnp.maximum(weight, 1e-12), 0.0)
+
+
+def _token_advantages(adv, mask, token_rewards):
+    """A_i [N] -> [N, T]: A_i + sum_{k>=t} token_rewards[i, k] over the mask, 0 off it.
+
+    mask [N, T] bool (already & valid); token_rewards [N, T] or None (then A_i
+    on every masked token). The return-to-go is undiscounted, as
+    `reinforce_pp` with gamma = 1.
+    """
+    tokens = jnp.broadcast_to(adv[:, None], mask.shape)
+    if token_rewards is not None:
+        chex.assert_equal_shape([token_rewards, mask])
+        r = jnp.where(mask, ops.as_float(token_rewards), 0.0)
+        tokens = tokens + ops.reverse_discounted_cumsum(r, 1.0)
+    return jnp.where(mask, tokens, 0.0)
+
+
+@register("tree")
+def tree(rewards, index, valid, *, paths, mask=None, token_rewards=None,
+         depth_weighting: str = "average", skip_zero_std: bool = False, whiten: bool = True,
+         eps: float = 1e-6) -> jax.Array:
+    """TreePO advantage (see module docstring).
+
+    Args:
+      paths: [N, D] int branch ids, -1 padded.
+      mask: optional [N, T] response mask; the output is then [N, T].
+      token_rewards: optional [N, T] per-token reward (e.g. the KL penalty
+        -coef·KL from rl.kl.reward_penalty); needs `mask`. Each masked token
+        gets A_i + sum_{k>=t, mask} token_rewards[i, k] (the return-to-go of
+        the penalty, as in reinforce_pp with gamma = 1), whitened over valid
+        masked tokens when `whiten`.
+
+    Returns:
+      [N] (no mask) or [N, T]; 0 on invalid samples and outside the mask.
+    """
+    paths = jnp.asarray(paths)
+    chex.assert_rank(paths, 2)
+    chex.assert_equal_shape_prefix([paths, rewards], 1)
+    if depth_weighting not in ("average", "size"):
+        raise ValueError(f"depth_weighting must be 'average' or 'size', got {depth_weighting!r}")
+    adv = _tree_baseline(rewards, index, valid, paths, depth_weighting, skip_zero_std)
     if mask is None:
+        if token_rewards is not None:
+            raise ValueError("tree: token_rewards needs the response mask")
         return ops.masked_whiten(adv, valid, eps) if whiten else adv
     mask = jnp.asarray(mask).astype(bool) & valid[:, None]
     chex.assert_rank(mask, 2)
     chex.assert_equal_shape_prefix([mask, adv], 1)
-    tokens = jnp.where(mask, adv[:, None], 0.0)
+    tokens = _token_advantages(adv, mask, token_rewards)
     return ops.masked_whiten(tokens, mask, eps) if whiten else tokens

@@ -144,12 +144,16 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
                   sampling_params: SamplingParams, rng: jax.Array) -> Rollouts:
     """`tree.leaves_per_prompt` leaves per prompt (see module docstring).
 
-    `sampling_params.max_new_tokens` is ignored: a leaf has at most
-    segment_len * max_depth tokens. Rows are ordered by prompt; stats count
+    A leaf has at most segment_len * max_depth tokens, which must not exceed
+    `sampling_params.max_new_tokens` (ValueError otherwise). Rows are ordered by prompt; stats count
     decode_tokens once per tree node (shared prefixes once), prefill_tokens
     once per distinct prompt, rounds, decode_row_steps and the pool pages
     still in use after release (always 0).
     """
+    longest = tree.segment_len * tree.max_depth
+    if longest > sampling_params.max_new_tokens:
+        raise ValueError(f"tree leaves reach segment_len × max_depth = {longest} tokens, more "
+                         f"than max_new_tokens={sampling_params.max_new_tokens}")
     prompts = engine.check_prompts(config, prompts)
     ps, seg = tree.page_size, tree.segment_len
     seg_pages = seg // ps

@@ -4,6 +4,7 @@
                    train / held-out splits and verified solutions
   rl.data.sources  random-access prompt sources (procedural tasks, JSONL,
                    Parquet, prepared TFDS datasets in array_record format,
-                   read without TensorFlow) and the resumable grain batch
-                   iterator
+                   read without TensorFlow) and the grain batch iterator
+                   (seeded; `get_state`/`set_state` capture and restore its
+                   position, which the trainer does not save yet)
 """

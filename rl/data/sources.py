@@ -28,6 +28,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from models import extras
 from rl.data.tasks import Example, Task
 
 
@@ -68,7 +69,7 @@ def _read_rows(path: str) -> list[Any]:
                     raise DataError(f"{path} row {number}: invalid JSON ({e.msg})") from None
         return rows
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
+        pq = extras.require("pyarrow.parquet", "parquet", "data.source=parquet")
 
         try:
             table = pq.read_table(path)
@@ -133,7 +134,9 @@ def _plain(value: Any) -> Any:
 def _open_tfds(name: str, split: str,
                data_dir: str | os.PathLike | None) -> tuple[Any, int]:
     """The prepared array_record builder of `name` in `data_dir` and the size of `split`."""
-    import tensorflow_datasets as tfds
+    # tfds reads array_record files through this package (a dependency of tfds on Linux only).
+    extras.require("array_record", "tfds", "data.source=tfds")
+    tfds = extras.require("tensorflow_datasets", "tfds", "data.source=tfds")
 
     where = data_dir or tfds.core.constants.DATA_DIR
     try:  # try_gcs=False and no download_and_prepare: local files only, no network

@@ -1,6 +1,7 @@
 """launch.train / launch.sft / launch.evaluate: bad input fails in one line, before compute."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -34,6 +35,61 @@ def test_bad_input_fails_in_one_line_before_compute(tmp_path, module, args, mess
     assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
     assert not os.path.exists(tmp_path / "run" / "sft_metrics.jsonl")
+
+
+@pytest.mark.parametrize("module,args,message", [
+    ("launch.train", ["--config.optim.lr=0"], "error: optim.lr must be > 0, got 0"),
+    ("launch.train", ["--config.optim.schedule=step"], "error: unknown optim.schedule 'step'"),
+    ("launch.sft", ["--config.sft.lr=-1"], "error: sft.lr must be > 0, got -1"),
+    ("launch.sft", ["--config.data.source=jsonl", f"--config.data.path={__file__}",
+                    "--config.rl.reward.name=math"], "error: data.source is jsonl but"),
+])
+def test_bad_values_fail_in_one_line_before_compute(tmp_path, module, args, message):
+    result = _launch(module, f"--workdir={tmp_path / 'run'}", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_workdir_that_is_a_file_fails_in_one_line(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("")
+    result = _launch("launch.train", f"--workdir={path}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --workdir {path} exists and is not a directory")
+
+
+@pytest.mark.parametrize("module", ["launch.train", "launch.sft", "launch.evaluate",
+                                    "launch.demo"])
+def test_help_lists_the_flags(module):
+    result = _launch(module, "--help")  # absl's --help exits with status 1
+    assert "--config:" in result.stdout and "configs/base.py" in result.stdout
+    if module != "launch.evaluate":
+        assert "--workdir:" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                           (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_signal_ends_the_run_with_one_line(tmp_path, sig, code, word):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launch.train", f"--workdir={tmp_path}",
+         "--config.train.tensorboard=False", "--config.train.plot=False"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # signal once the run is inside its training loop
+            if line.startswith("[1/2]"):
+                break
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err[-2000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"stopped: {word}; files written so far are kept"
 
 
 def test_evaluate_rejects_a_directory_without_a_model(tmp_path):

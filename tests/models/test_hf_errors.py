@@ -133,12 +133,43 @@ def test_missing_files(tmp_path, good_dir):
 def test_truncated_weights(good_dir, tmp_path):
     path = _copy(good_dir, tmp_path)
     data = (path / "model.safetensors").read_bytes()
-    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match=r"model\.safetensors.*truncated"):
-        models.load_pretrained(path)
-    (path / "model.safetensors").write_bytes(b"\x05")
-    with pytest.raises(CheckpointError, match="shorter than"):
-        models.load_pretrained(path)
+    # data cut short, no header at all, a header that is not JSON
+    for bad in (data[: len(data) // 2], b"\x05", data[:8] + b"{not json" * 4):
+        (path / "model.safetensors").write_bytes(bad)
+        with pytest.raises(CheckpointError, match=r"model\.safetensors: .*truncated") as e:
+            models.load_pretrained(path)
+        assert "\n" not in str(e.value)
+
+
+def test_unsupported_dtype_is_named(tmp_path):
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros(4, ml_dtypes.float8_e4m3fn)}, tmp_path / "x.safetensors")
+    with pytest.raises(CheckpointError, match=r"x\.safetensors: tensor 'w' has unsupported dtype F8_E4M3"):
+        safetensors_io.SafetensorsFile(tmp_path / "x.safetensors")
+    with pytest.raises(ValueError, match="cannot be stored"):
+        safetensors_io.write(tmp_path / "y.safetensors", {"w": np.array(["a"], object)})
+
+
+def test_write_round_trip(tmp_path):
+    """bf16 and non-contiguous (transposed) arrays round-trip; the metadata says "pt"."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    tensors = {"bf16_t": rng.standard_normal((3, 5)).astype(ml_dtypes.bfloat16).T,
+               "f32": rng.standard_normal(7).astype(np.float32),
+               "i64": np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]}
+    safetensors_io.write(tmp_path / "m.safetensors", tensors)
+    f = safetensors_io.SafetensorsFile(tmp_path / "m.safetensors")
+    assert f.metadata == {"format": "pt"}
+    assert f.tensors["bf16_t"] == ("BF16", (5, 3))
+    for name, arr in tensors.items():
+        got = f.get(name)
+        assert got.dtype == arr.dtype
+        np.testing.assert_array_equal(got, arr)
+    with pytest.raises(CheckpointError, match="no tensor named 'nope'"):
+        f.get("nope")
 
 
 def test_index_naming_a_missing_shard(good_dir, tmp_path):

@@ -232,6 +232,56 @@ def test_tree_token_whitening_weighs_long_responses():
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def ref_tree_tokens(raw, mask, token_rewards, whiten=True):
+    """raw [N] tree advantage -> [N, T]: raw_i + sum of token_rewards over masked k >= t."""
+    out = np.zeros(mask.shape)
+    for i, t in zip(*np.nonzero(mask)):
+        out[i, t] = raw[i] + sum(token_rewards[i, k] for k in range(t, mask.shape[1])
+                                 if mask[i, k])
+    return ref_whiten(out, mask) if whiten else out
+
+
+def tree_with_kl(seed, t=6):
+    r, g, paths, valid = random_tree(seed)
+    rng = np.random.default_rng(seed + 100)
+    lengths = rng.integers(0, t + 1, len(r))
+    lengths[:2] = 1, 0  # a length-1 and an all-masked response
+    mask = np.arange(t)[None] < lengths[:, None]
+    kl_rewards = -0.05 * rng.random((len(r), t))  # nonzero off the mask too: must be ignored
+    return r, g, paths, valid, mask, kl_rewards
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("weighting", ["average", "size"])
+@pytest.mark.parametrize("whiten", [True, False])
+def test_tree_token_rewards_add_their_return_to_go(seed, weighting, whiten):
+    r, g, paths, valid, mask, kl_rewards = tree_with_kl(seed)
+    got = advantages.compute("tree", r, g, valid=valid, paths=paths, mask=mask,
+                             token_rewards=kl_rewards, depth_weighting=weighting,
+                             whiten=whiten)
+    raw = ref_tree(r, g, paths, valid, weighting, whiten=False)
+    want = ref_tree_tokens(raw, mask & valid[:, None], kl_rewards, whiten)
+    assert got.shape == mask.shape
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.all(np.asarray(got)[~(mask & valid[:, None])] == 0.0)
+
+
+def test_tree_token_rewards_without_branching_is_reinforce_pp_baseline():
+    r, g, _, valid, mask, kl_rewards = tree_with_kl(5)
+    flat = np.full((len(r), 3), -1)
+    np.testing.assert_allclose(
+        advantages.compute("tree", r, g, valid=valid, paths=flat, mask=mask,
+                           token_rewards=kl_rewards),
+        advantages.compute("reinforce_pp_baseline", r, g, valid=valid, mask=mask,
+                           token_rewards=kl_rewards), atol=1e-5)
+
+
+def test_tree_token_rewards_need_the_mask():
+    r, g, paths, valid, _, kl_rewards = tree_with_kl(0)
+    with pytest.raises(ValueError, match="tree: token_rewards needs the response mask"):
+        advantages.compute("tree", r, g, valid=valid, paths=paths, token_rewards=kl_rewards)
+
+
 @pytest.mark.parametrize("name,kwargs", [
     ("grpo", {}), ("dr_grpo", {}), ("rloo", {}), ("reinforce_pp", {}),
     ("reinforce_pp_baseline", {}), ("mc_grpo", {}), ("tree", {"paths": None}),

@@ -12,6 +12,7 @@ import pytest
 
 from rl import losses
 from rl.registry import RegistryError
+from tests.tolerances import fp32_atol
 
 # (agg, agg options): every documented aggregation, norm_length, agg_norm overrides
 AGGS = [("token_mean", {}), ("seq_mean_token_mean", {}), ("seq_mean_token_sum", {}),
@@ -361,7 +362,8 @@ def test_jit_matches_eager(name):
     eager = jax.value_and_grad(f, has_aux=True)(logp, rng)
     jitted = jax.jit(jax.value_and_grad(f, has_aux=True))(logp, rng)
     for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        # fused vs op-by-op may sum in another order; longest sum: the batch's tokens
+        np.testing.assert_allclose(a, b, atol=fp32_atol(b, logp.size), rtol=0)
 
 
 def test_unknown_loss_name_lists_registered():

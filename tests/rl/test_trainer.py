@@ -1,15 +1,20 @@
 """rl.trainer / rl.sft / rl.evaluation / rl.batch on a very small model: the loop runs,
 logs what it promises, is deterministic, and every algorithm variant trains."""
 
+import functools
 import io
 import itertools
 import json
 import os
+import types
 
+import jax
 import numpy as np
 import pytest
 
 from configs import base, variants
+from rl import advantages as adv_lib
+from rl import algorithm as algorithm_lib
 from rl import batch as batch_lib
 from rl import build, evaluation, logs, sft
 from rl.trainer import Trainer
@@ -21,7 +26,6 @@ REQUIRED = ("reward/mean", "reward/std", "frac_reward_zero_std", "accuracy",
 
 def small_config(variant="grpo", **overrides):
     cfg = base.build("tiny")
-    variants.apply(cfg, variant)
     cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
     cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
     cfg.data.task.name = "arithmetic"
@@ -34,6 +38,7 @@ def small_config(variant="grpo", **overrides):
     cfg.optim.lr = 1e-3
     cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 4
     cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 3, 4, 0
+    variants.apply(cfg, variant)  # after prompts_per_step: it scales the minibatches
     for key, value in overrides.items():
         node = cfg
         *path, last = key.split(".")
@@ -117,17 +122,71 @@ def test_tree_sampler_with_tree_advantage_and_dynamic_sampling(tmp_path):
     cfg = small_config(**{
         "sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
         "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
-        "sampling.tree.page_size": 4, "rl.advantage.name": "tree", "train.steps": 1,
+        "sampling.page_size": 4, "rl.advantage.name": "tree", "train.steps": 1,
         "train.dynamic_sampling": True, "train.dynamic_max_rounds": 2, "train.eval_every": 0})
     _, records = train(cfg, tmp_path)
     step = records[-1]
-    assert step["response_length/max"] <= 8
+    assert step["sampled/response_length_max"] <= 8  # segment_len × max_depth
     assert 1 <= step["dynamic/rounds"] <= 2
-    # a random policy almost never answers: every group is filtered, the batch is
-    # all padding and the update is a finite no-op step
+    # a random policy almost never answers: every group is filtered and the update
+    # is skipped; otherwise it is a finite step
     if step["dynamic/kept_groups"] == 0:
         assert step["frac_reward_zero_std"] == 1.0 and step["batch/rows"] == 0
-    assert np.isfinite(step["learner/loss"])
+        assert step["update/skipped"] == 1
+    else:
+        assert np.isfinite(step["learner/loss"])
+
+
+@pytest.mark.slow
+def test_tree_sampler_with_tree_advantage_and_kl_in_reward(tmp_path):
+    cfg = small_config(**{
+        "sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
+        "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
+        "sampling.page_size": 4, "rl.advantage.name": "tree", "rl.kl.coef": 0.05,
+        "rl.kl.kind": "k1", "rl.kl.in_reward": True, "train.steps": 2, "train.eval_every": 0,
+        "train.logits_chunk": 3})  # C = 8 is no multiple of 3: padded logits blocks
+    _, records = train(cfg, tmp_path)
+    assert [r["step"] for r in records if "learner/loss" in r] == [1, 2]
+    for step in records[-2:]:
+        assert step["batch/rows"] > 0
+        assert np.isfinite(step["learner/loss"]) and np.isfinite(step["advantage/abs_mean"])
+
+
+def tree_kl_kernel(coef):
+    """Trainer._advantage_kernel, jitted as the trainer does, for a tree run with the
+    k1 KL penalty in the reward (the kernel reads only `self.alg`)."""
+    rl = base.rl_section()
+    rl.advantage.name, rl.reward.name = "tree", "countdown"
+    rl.kl.kind, rl.kl.coef, rl.kl.in_reward = "k1", coef, True
+    owner = types.SimpleNamespace(alg=algorithm_lib.from_config(rl))
+    return jax.jit(functools.partial(Trainer._advantage_kernel, owner))
+
+
+def test_advantage_kernel_tree_with_kl_in_reward():
+    rng = np.random.default_rng(0)
+    rows, c, coef = 8, 5, 0.1
+    rewards = rng.integers(0, 2, rows).astype(np.float32)
+    gids = np.array([0, 0, 0, 0, 1, 1, -1, -1], np.int32)
+    valid = gids >= 0
+    paths = np.array([[0, 0], [0, 1], [1, -1], [1, -1], [0, -1], [1, -1], [-1, -1],
+                      [-1, -1]], np.int32)
+    mask = (np.arange(c)[None] < np.array([5, 3, 1, 4, 2, 5, 0, 0])[:, None]) & valid[:, None]
+    old_logp = -rng.random((rows, c)).astype(np.float32)
+    ref_logp = -rng.random((rows, c)).astype(np.float32)
+    adv, grad_mask = tree_kl_kernel(coef=coef)(rewards, gids, valid, mask, old_logp, ref_logp,
+                                               paths)
+    # reference: unwhitened tree advantage + return-to-go of -coef·(old - ref), whitened
+    raw = np.asarray(adv_lib.compute("tree", rewards, gids, valid=valid, paths=paths,
+                                     whiten=False))
+    penalty = np.where(mask, -coef * (old_logp - ref_logp), 0.0)
+    want = np.zeros((rows, c))
+    for i, t in zip(*np.nonzero(mask)):
+        want[i, t] = raw[i] + penalty[i, t:].sum()
+    sel = want[mask]
+    want[mask] = (sel - sel.mean()) / (sel.std() + 1e-6)
+    assert adv.shape == grad_mask.shape == (rows, c)
+    np.testing.assert_array_equal(grad_mask, mask)
+    np.testing.assert_allclose(adv, want, atol=1e-5)
 
 
 @pytest.mark.slow

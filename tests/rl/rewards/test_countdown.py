@@ -1,13 +1,12 @@
 """The countdown verifier: extraction, the arithmetic grammar, number rules, limits."""
 
-import time
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from rl import rewards
-from rl.rewards import countdown
+from rl.rewards import countdown, expression
 from rl.rewards.common import RewardInputError
 
 REF = {"target": 24, "numbers": [2, 3, 4, 5]}
@@ -85,12 +84,41 @@ CASES = [
 @pytest.mark.parametrize("completion, reference, options, expected",
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_countdown_table(completion, reference, options, expected):
-    start = time.perf_counter()
     got = rewards.score("countdown", [completion], [reference], **options)
     assert got.dtype == np.float32 and got.shape == (1,)
     assert got[0] == pytest.approx(expected)
     assert countdown.verify(completion, reference, **options) == pytest.approx(expected)
-    assert time.perf_counter() - start < 1.0
+
+
+CASE = {case[0]: case[1:] for case in CASES}
+
+
+@pytest.mark.parametrize("name", ["nested-10k", "long-100k", "too-long-literal",
+                                  "many-tags-unclosed"])
+def test_long_candidates_are_rejected_before_parsing(monkeypatch, name):
+    """The length cap, not the parser, bounds the time on these table rows."""
+    completion, reference, options, _ = CASE[name]
+    assert len(countdown.extract_candidate(completion)) > countdown.MAX_CANDIDATE_CHARS
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("parsed a candidate over MAX_CANDIDATE_CHARS")
+
+    monkeypatch.setattr(countdown, "parse", must_not_run)
+    assert countdown.verify(completion, reference, **options) == 0.0
+
+
+@pytest.mark.parametrize("name, error", [
+    ("nested-100", "nested deeper than 64"), ("unary-chain", "nested deeper than 64"),
+    ("tower", "exponentiation is not allowed"), ("huge-power", "exponentiation is not allowed"),
+])
+def test_deep_or_power_candidates_stop_at_a_parser_limit(name, error):
+    """Depth and power limits end these table rows before any big evaluation."""
+    completion, reference, options, expected = CASE[name]
+    candidate = countdown.extract_candidate(completion)
+    with pytest.raises(expression.ExpressionError, match=error):
+        expression.parse(candidate, max_length=countdown.MAX_CANDIDATE_CHARS,
+                         max_depth=countdown.MAX_DEPTH)
+    assert countdown.verify(completion, reference, **options) == expected == 0.0
 
 
 def test_countdown_table_is_large_enough():

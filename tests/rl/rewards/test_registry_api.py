@@ -8,8 +8,8 @@ import pytest
 
 import rl.rewards
 from rl import rewards
-from rl.registry import RegistryError
-from rl.rewards.common import VERIFIERS, RewardInputError
+from rl.registry import Registry, RegistryError
+from rl.rewards.common import RewardInputError
 
 BATCHES = {
     "countdown": (["<answer>2*3*4</answer>", "2*3", "", "<answer>1/0</answer>"],
@@ -88,8 +88,10 @@ def test_exception_in_a_verifier_scores_zero(monkeypatch):
             return float("nan")
         return 1.0
 
-    monkeypatch.setitem(VERIFIERS._entries, "_flaky", flaky)
-    got = rewards.score("_flaky", ["ok", "raise", "recurse", "nan", "ok"], [None] * 5)
+    registry = Registry("verifier")  # a private registry: the real one stays untouched
+    registry.register("flaky")(flaky)
+    monkeypatch.setattr(rewards, "VERIFIERS", registry)
+    got = rewards.score("flaky", ["ok", "raise", "recurse", "nan", "ok"], [None] * 5)
     np.testing.assert_array_equal(got, [1, 0, 0, 0, 1])
 
 
