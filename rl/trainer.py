@@ -97,7 +97,7 @@ class Trainer:
         self.warnings = sys.stderr if stream is None else stream
         self.zero_reward_steps = 0  # consecutive steps from the start with every reward 0
         self.empty_steps = 0        # steps whose dynamic sampling kept no group
-        self._advantages = jax.jit(self._advantage_kernel)
+        self._advantages = jax.jit(self.advantage_kernel)
 
     # -- rollouts ---------------------------------------------------------------------------
     def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
@@ -156,7 +156,7 @@ class Trainer:
         return kept, stats
 
     # -- advantages ---------------------------------------------------------------------------
-    def _advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):
+    def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):
         """Jitted: rewards/gids/valid [rows], mask/old_logp/ref_logp [rows, C], paths
         [rows, depth] or None -> ([rows, C] advantages, [rows, C] gradient mask)."""
         alg = self.alg

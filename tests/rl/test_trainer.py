@@ -153,16 +153,16 @@ def test_tree_sampler_with_tree_advantage_and_kl_in_reward(tmp_path):
 
 
 def tree_kl_kernel(coef):
-    """Trainer._advantage_kernel, jitted as the trainer does, for a tree run with the
+    """Trainer.advantage_kernel, jitted as the trainer does, for a tree run with the
     k1 KL penalty in the reward (the kernel reads only `self.alg`)."""
     rl = base.rl_section()
     rl.advantage.name, rl.reward.name = "tree", "countdown"
     rl.kl.kind, rl.kl.coef, rl.kl.in_reward = "k1", coef, True
     owner = types.SimpleNamespace(alg=algorithm_lib.from_config(rl))
-    return jax.jit(functools.partial(Trainer._advantage_kernel, owner))
+    return jax.jit(functools.partial(Trainer.advantage_kernel, owner))
 
 
-def test_advantage_kernel_tree_with_kl_in_reward():
+def testadvantage_kernel_tree_with_kl_in_reward():
     rng = np.random.default_rng(0)
     rows, c, coef = 8, 5, 0.1
     rewards = rng.integers(0, 2, rows).astype(np.float32)
