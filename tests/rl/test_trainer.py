@@ -162,7 +162,7 @@ def tree_kl_kernel(coef):
     return jax.jit(functools.partial(Trainer.advantage_kernel, owner))
 
 
-def testadvantage_kernel_tree_with_kl_in_reward():
+def test_advantage_kernel_tree_with_kl_in_reward():
     rng = np.random.default_rng(0)
     rows, c, coef = 8, 5, 0.1
     rewards = rng.integers(0, 2, rows).astype(np.float32)
