@@ -148,7 +148,8 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     clean error path above.
     """
     # jax logs a failed TPU probe at INFO on every CPU/GPU start; it is not news.
-    pylogging.getLogger("jax._src.xla_bridge").setLevel(pylogging.WARNING)
+    # (JAX's INFO messages, this one among them, are kept out of the run's output)
+    pylogging.getLogger("jax").setLevel(pylogging.WARNING)
     if default_config and not any(a == "--config" or a.startswith("--config=")
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")
