@@ -6,6 +6,7 @@
   rl.rewards      verifiers by name (`score`)
   rl.algorithm    the `config.rl` section, resolved and checked (`from_config`)
   rl.build        a run's parts from a config, every value checked before compute
+  rl.checks       the value checks `rl.build.resolve` runs
   rl.data         procedural tasks and prompt sources
   rl.learner      `TrainState` and the jitted, sharded policy update
   rl.trainer      the RL loop (rollouts, rewards, advantages, update, eval, logs)

@@ -31,6 +31,7 @@ from models.config import ModelConfig
 from models.extras import MissingExtra
 from models.safetensors_io import CheckpointError
 from rl import algorithm as algorithm_lib
+from rl import checks
 from rl.algorithm import Algorithm, set_options
 from rl.data import sources as sources_lib
 from rl.data import tasks as tasks_lib
@@ -40,13 +41,7 @@ from sampling import SamplingParams, TreeConfig
 
 ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError, MissingExtra,
           ValueError, KeyError, FileNotFoundError)
-OLD_LOGP_SOURCES = ("sampler", "recompute")
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
-WARM_STARTS = ("", "sft")
-SCHEDULES = ("constant", "linear", "cosine")
-# what only acts once π_θ has moved away from π_old (a second optimizer step on a batch)
-OFF_POLICY_LOSSES = ("gspo", "gspo_token", "nsr", "cispo")
-CLIP_OPTIONS = ("eps_low", "eps_high", "dual_clip", "delta_low", "delta_high")
 _LOG = logging.getLogger(__name__)
 
 
@@ -191,94 +186,6 @@ def _eval_ks(section) -> tuple[int, ...]:
     return ks
 
 
-def _positive(section, name: str, keys: tuple[str, ...], *, strict: bool) -> None:
-    for key in keys:
-        value = section[key]
-        if value is None or (value <= 0 if strict else value < 0):
-            raise ValueError(f"{name}.{key} must be {'>' if strict else '>='} 0, got {value}")
-
-
-def _check_optim(o) -> None:
-    _positive(o, "optim", ("lr", "eps"), strict=True)
-    _positive(o, "optim", ("warmup_steps", "weight_decay", "grad_clip"), strict=False)
-    if o.schedule not in SCHEDULES:
-        raise ValueError(f"unknown optim.schedule {o.schedule!r} (choose from "
-                         f"{', '.join(SCHEDULES)})")
-    for key in ("b1", "b2"):
-        if not 0.0 <= o[key] < 1.0:
-            raise ValueError(f"optim.{key} must be in [0, 1), got {o[key]}")
-    if not 0.0 <= o.end_lr_fraction <= 1.0:
-        raise ValueError(f"optim.end_lr_fraction must be in [0, 1], got {o.end_lr_fraction}")
-
-
-def _check_sft(s) -> None:
-    _positive(s, "sft", ("steps", "batch_size", "lr"), strict=True)
-    _positive(s, "sft", ("warmup_steps", "weight_decay", "grad_clip", "eval_every"),
-              strict=False)
-
-
-def _check_update_schedule(cfg, alg: Algorithm) -> None:
-    """Refuses what would do nothing with one on-policy optimizer step per batch:
-    π_θ = π_old at that step, so every ratio is 1 and nothing is clipped or reweighted."""
-    train = cfg.train
-    if train.epochs * train.minibatches > 1:
-        return
-    inert = [f"rl.loss.{k}" for k in CLIP_OPTIONS if alg.loss_options.get(k) is not None]
-    if alg.loss in OFF_POLICY_LOSSES:
-        inert.insert(0, f"rl.loss.name={alg.loss}")
-    if alg.reweight == "fipo":
-        inert.append("rl.reweight.name=fipo")
-    if inert:
-        raise ValueError(
-            f"{', '.join(inert)} set with train.epochs × train.minibatches = 1: each rollout "
-            "batch gets one on-policy optimizer step, where π_θ/π_old = 1, so it would never "
-            "act; set train.minibatches (DAPO uses 16 per batch) or train.epochs > 1, or "
-            "drop it")
-
-
-def _check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
-    train = cfg.train
-    if train.old_logp not in OLD_LOGP_SOURCES:
-        raise ValueError(f"train.old_logp must be one of {OLD_LOGP_SOURCES}, got "
-                         f"{train.old_logp!r}")
-    filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
-    if train.old_logp == "sampler" and filtered:
-        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
-                         "log-probs are then those of the policy at the sampling temperature); "
-                         "use train.old_logp=recompute")
-    if train.old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
-        raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
-                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
-                         "not the policy, and truncated importance sampling corrects that")
-    if sp.temperature <= 0:
-        raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
-    for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",
-                 "log_every", "dynamic_max_rounds"):
-        if train[name] < 1:
-            raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
-    for name in ("eval_every", "checkpoint_every"):
-        if train[name] < 0:
-            raise ValueError(f"train.{name} must be >= 0, got {train[name]}")
-    if train.prompts_per_step % train.minibatches:
-        raise ValueError(f"train.minibatches={train.minibatches} does not divide "
-                         f"train.prompts_per_step={train.prompts_per_step}: minibatches are "
-                         "whole prompt groups (a group's samples share its prompt's forward)")
-    if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
-        raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
-                         f"sampling.n must be >= 2")
-    if train.warm_start not in WARM_STARTS:
-        raise ValueError(f"train.warm_start must be one of {WARM_STARTS}, got "
-                         f"{train.warm_start!r}")
-    _check_update_schedule(cfg, alg)
-
-
-def check_sft_data(cfg) -> None:
-    """The supervised warm start trains on solutions, which only procedural tasks have."""
-    if cfg.data.source != "task":
-        raise ValueError(f"supervised warm start needs data.source=task (procedural tasks "
-                         f"carry solutions; {cfg.data.source} rows do not)")
-
-
 COMPILE_CACHE_MIN_SECONDS = 0.1  # programs that compile faster are not worth a file
 
 
@@ -381,11 +288,11 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if tree is None and set_options(s.tree, exclude=()):
         raise ValueError("sampling.tree options are set but sampling.sampler is flat")
     samples = tree.leaves_per_prompt if tree else s.n
-    _check_train(cfg, alg, sp, samples)
-    _check_optim(cfg.optim)
-    _check_sft(cfg.sft)
+    checks.check_train(cfg, alg, sp, samples)
+    checks.check_optim(cfg.optim)
+    checks.check_sft(cfg.sft)
     if cfg.train.warm_start == "sft" or for_sft:
-        check_sft_data(cfg)
+        checks.check_sft_data(cfg)
     if alg.advantage == "tree" and tree is None:
         raise ValueError("advantage tree needs sampling.sampler=tree")
     eval_ks = _eval_ks(cfg.eval)

@@ -1,0 +1,107 @@
+"""Value checks of a config, run by `rl.build.resolve` before any compute.
+
+Each raises ValueError with a one-line message naming the key, the value and,
+where it is not obvious, why it cannot work: the optimizer and SFT settings,
+the RL loop's counts and periods, where π_old comes from, and the update
+schedule (what a single on-policy optimizer step per batch would leave inert).
+"""
+
+from __future__ import annotations
+
+from rl.algorithm import Algorithm
+from sampling import SamplingParams
+
+OLD_LOGP_SOURCES = ("sampler", "recompute")
+WARM_STARTS = ("", "sft")
+SCHEDULES = ("constant", "linear", "cosine")
+# what only acts once π_θ has moved away from π_old (a second optimizer step on a batch)
+OFF_POLICY_LOSSES = ("gspo", "gspo_token", "nsr", "cispo")
+CLIP_OPTIONS = ("eps_low", "eps_high", "dual_clip", "delta_low", "delta_high")
+
+
+def _positive(section, name: str, keys: tuple[str, ...], *, strict: bool) -> None:
+    for key in keys:
+        value = section[key]
+        if value is None or (value <= 0 if strict else value < 0):
+            raise ValueError(f"{name}.{key} must be {'>' if strict else '>='} 0, got {value}")
+
+
+def check_optim(o) -> None:
+    _positive(o, "optim", ("lr", "eps"), strict=True)
+    _positive(o, "optim", ("warmup_steps", "weight_decay", "grad_clip"), strict=False)
+    if o.schedule not in SCHEDULES:
+        raise ValueError(f"unknown optim.schedule {o.schedule!r} (choose from "
+                         f"{', '.join(SCHEDULES)})")
+    for key in ("b1", "b2"):
+        if not 0.0 <= o[key] < 1.0:
+            raise ValueError(f"optim.{key} must be in [0, 1), got {o[key]}")
+    if not 0.0 <= o.end_lr_fraction <= 1.0:
+        raise ValueError(f"optim.end_lr_fraction must be in [0, 1], got {o.end_lr_fraction}")
+
+
+def check_sft(s) -> None:
+    _positive(s, "sft", ("steps", "batch_size", "lr"), strict=True)
+    _positive(s, "sft", ("warmup_steps", "weight_decay", "grad_clip", "eval_every"),
+              strict=False)
+
+
+def check_update_schedule(cfg, alg: Algorithm) -> None:
+    """Refuses what would do nothing with one on-policy optimizer step per batch:
+    π_θ = π_old at that step, so every ratio is 1 and nothing is clipped or reweighted."""
+    train = cfg.train
+    if train.epochs * train.minibatches > 1:
+        return
+    inert = [f"rl.loss.{k}" for k in CLIP_OPTIONS if alg.loss_options.get(k) is not None]
+    if alg.loss in OFF_POLICY_LOSSES:
+        inert.insert(0, f"rl.loss.name={alg.loss}")
+    if alg.reweight == "fipo":
+        inert.append("rl.reweight.name=fipo")
+    if inert:
+        raise ValueError(
+            f"{', '.join(inert)} set with train.epochs × train.minibatches = 1: each rollout "
+            "batch gets one on-policy optimizer step, where π_θ/π_old = 1, so it would never "
+            "act; set train.minibatches (DAPO uses 16 per batch) or train.epochs > 1, or "
+            "drop it")
+
+
+def check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
+    train = cfg.train
+    if train.old_logp not in OLD_LOGP_SOURCES:
+        raise ValueError(f"train.old_logp must be one of {OLD_LOGP_SOURCES}, got "
+                         f"{train.old_logp!r}")
+    filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
+    if train.old_logp == "sampler" and filtered:
+        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
+                         "log-probs are then those of the policy at the sampling temperature); "
+                         "use train.old_logp=recompute")
+    if train.old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
+        raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
+                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
+                         "not the policy, and truncated importance sampling corrects that")
+    if sp.temperature <= 0:
+        raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
+    for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",
+                 "log_every", "dynamic_max_rounds"):
+        if train[name] < 1:
+            raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
+    for name in ("eval_every", "checkpoint_every"):
+        if train[name] < 0:
+            raise ValueError(f"train.{name} must be >= 0, got {train[name]}")
+    if train.prompts_per_step % train.minibatches:
+        raise ValueError(f"train.minibatches={train.minibatches} does not divide "
+                         f"train.prompts_per_step={train.prompts_per_step}: minibatches are "
+                         "whole prompt groups (a group's samples share its prompt's forward)")
+    if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
+        raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
+                         f"sampling.n must be >= 2")
+    if train.warm_start not in WARM_STARTS:
+        raise ValueError(f"train.warm_start must be one of {WARM_STARTS}, got "
+                         f"{train.warm_start!r}")
+    check_update_schedule(cfg, alg)
+
+
+def check_sft_data(cfg) -> None:
+    """The supervised warm start trains on solutions, which only procedural tasks have."""
+    if cfg.data.source != "task":
+        raise ValueError(f"supervised warm start needs data.source=task (procedural tasks "
+                         f"carry solutions; {cfg.data.source} rows do not)")
