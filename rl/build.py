@@ -28,7 +28,6 @@ from jax.extend import backend as jax_backend
 import models
 from models import extras, sharding
 from models.config import ModelConfig
-from models.extras import MissingExtra
 from models.safetensors_io import CheckpointError
 from rl import algorithm as algorithm_lib
 from rl import checks
@@ -39,7 +38,8 @@ from rl.registry import RegistryError
 from rl.rewards import RewardInputError
 from sampling import SamplingParams, TreeConfig
 
-ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError, MissingExtra,
+ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError,
+          extras.MissingExtra,
           ValueError, KeyError, FileNotFoundError)
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
 _LOG = logging.getLogger(__name__)

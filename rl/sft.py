@@ -24,10 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl import evaluation, ops
+from rl import build, evaluation, ops
 from rl import learner as learner_lib
 from rl.batch import assemble
-from rl import build
 from rl.build import Run
 from rl.data.sources import batches
 from rl.logs import RunLog

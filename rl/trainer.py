@@ -277,8 +277,8 @@ class Trainer:
             "response_length/mean": float(lengths.mean()),
             "response_length/max": int(lengths.max()),
             "response_length/truncated_frac": float(np.mean(groups.truncated)) if n else 0.0,
-            "batch/rows": n, "update/skipped": 0, "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean())
-            if grad_mask.any() else 0.0,
+            "batch/rows": n, "update/skipped": 0,
+            "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })

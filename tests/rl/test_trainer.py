@@ -122,13 +122,16 @@ def test_every_variant_trains_one_step(tmp_path, variant):
         assert step["kl"] is not None
 
 
+# a tree of 4 leaves per prompt: 2 first branches, each split in 2; leaves <= 8 tokens
+TREE = {"sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
+        "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
+        "sampling.page_size": 4, "rl.advantage.name": "tree"}
+
+
 @pytest.mark.slow
 def test_tree_sampler_with_tree_advantage_and_dynamic_sampling(tmp_path):
-    cfg = small_config(**{
-        "sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
-        "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
-        "sampling.page_size": 4, "rl.advantage.name": "tree", "train.steps": 1,
-        "train.dynamic_sampling": True, "train.dynamic_max_rounds": 2, "train.eval_every": 0})
+    cfg = small_config(**TREE, **{"train.steps": 1, "train.dynamic_sampling": True,
+                                  "train.dynamic_max_rounds": 2, "train.eval_every": 0})
     _, records = train(cfg, tmp_path)
     step = records[-1]
     assert step["sampled/response_length_max"] <= 8  # segment_len × max_depth
@@ -144,11 +147,9 @@ def test_tree_sampler_with_tree_advantage_and_dynamic_sampling(tmp_path):
 
 @pytest.mark.slow
 def test_tree_sampler_with_tree_advantage_and_kl_in_reward(tmp_path):
-    cfg = small_config(**{
-        "sampling.sampler": "tree", "sampling.tree.segment_len": 4, "sampling.tree.max_depth": 2,
-        "sampling.tree.leaves_per_prompt": 4, "sampling.tree.first_branching": "2",
-        "sampling.page_size": 4, "rl.advantage.name": "tree", "rl.kl.coef": 0.05,
-        "rl.kl.kind": "k1", "rl.kl.in_reward": True, "train.steps": 2, "train.eval_every": 0,
+    cfg = small_config(**TREE, **{
+        "rl.kl.coef": 0.05, "rl.kl.kind": "k1", "rl.kl.in_reward": True, "train.steps": 2,
+        "train.eval_every": 0,
         "train.logits_chunk": 3})  # C = 8 is no multiple of 3: padded logits blocks
     _, records = train(cfg, tmp_path)
     assert [r["step"] for r in records if "learner/loss" in r] == [1, 2]
