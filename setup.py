@@ -38,6 +38,7 @@ setup(
         "absl-py>=2.1",
         "jinja2>=3.1",       # chat templates
         "sympy>=1.12",       # the `math` verifier's symbolic check (in a worker process)
+        "orbax-checkpoint>=0.11",  # persistent checkpoints (rl.checkpoint)
     ],
     extras_require={
         **FEATURES,

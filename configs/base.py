@@ -88,8 +88,9 @@ train:          the RL loop (rl/trainer.py).
   logits_chunk     completion positions per logits block in the learner.
   log_every, eval_every   console line / held-out eval period (0 = no eval
                    during training; a final eval always runs).
-  checkpoint_every export the policy as a Hugging Face directory every N steps
-                   (0 = only at the end).
+  export_every     also export the policy as a Hugging Face directory
+                   DIR/exports/step_N every N steps (0 = none; DIR/final is
+                   always written at the end).
   tensorboard      write DIR/tensorboard (needs the `tensorboard` extra).
   plot             write DIR/progress.png (needs the `plots` extra).
 optim:          AdamW: lr, schedule (constant | linear | cosine), warmup_steps,
@@ -98,6 +99,26 @@ eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
                 for each k in `k` ("1,4") from n samples at `temperature`.
 sft:            supervised warm start (launch/sft.py): steps, batch_size, lr,
                 warmup_steps, weight_decay, grad_clip, eval_every.
+checkpoint:     fault tolerance (rl/loop.py, docs/fault_tolerance.md).
+  every            persistent Orbax checkpoint (params, optimizer, step, RNG
+                   keys, data position) in DIR/checkpoints every N steps and
+                   at the end (0 = only at the end and on preemption). A rerun
+                   on the same DIR resumes from the newest usable one.
+  keep             checkpoints kept (older ones are deleted).
+  asynchronous     write in the background (the step waits only for the copy).
+  snapshot_every   copy the state to host memory every N steps (0 = only at
+                   the start); a failed step (an exception, a NaN/inf loss or
+                   gradient norm) restores the newest snapshot and skips the
+                   batch it consumed.
+  max_rollbacks    this many failed steps in a row stop the run (exit 1),
+                   with the last good state saved as a checkpoint.
+  abandon_after_s  after SIGTERM/SIGINT the running step may finish for this
+                   long; then (or on a second signal) it is abandoned and the
+                   newest snapshot is saved instead (0 = always finish it).
+fault:          fault injection for tests (rl/faults.py); refused unless
+                `enabled`: nan_at_step, raise_at_step, kill_at_step (SIGKILL),
+                term_at_step (SIGTERM) (0 = off), times (consecutive attempts
+                of that step the nan/raise hits).
 seed:           data order, sampling and minibatch shuffles.
 compilation_cache  JAX persistent compilation cache directory used by the
                 launch/ entry points ("" = off): a rerun with the same
@@ -223,7 +244,7 @@ def train_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
         "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 3,
-        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "checkpoint_every": 0,
+        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "export_every": 0,
         "warm_start": "", "tensorboard": True, "plot": True})
 
 
@@ -244,6 +265,18 @@ def sft_section() -> ml_collections.ConfigDict:
         "grad_clip": 1.0, "eval_every": 100})
 
 
+def checkpoint_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "every": 50, "keep": 3, "asynchronous": True, "snapshot_every": 1, "max_rollbacks": 3,
+        "abandon_after_s": 20.0})
+
+
+def fault_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "enabled": False, "nan_at_step": 0, "raise_at_step": 0, "kill_at_step": 0,
+        "term_at_step": 0, "times": 1})
+
+
 def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     """The unlocked base config with every section (for other config files to edit)."""
     config = ml_collections.ConfigDict()
@@ -256,6 +289,8 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.optim = optim_section()
     config.eval = eval_section()
     config.sft = sft_section()
+    config.checkpoint = checkpoint_section()
+    config.fault = fault_section()
     config.seed = 0
     config.compilation_cache = "~/.cache/rlvr_jax/xla"
     config.cpu_xla_flags = CPU_XLA_FLAGS

@@ -3,9 +3,13 @@
 `run(main)` is `absl.app.run` with a flags parser that turns a bad
 `--config...` flag into one line on stderr and exit status 2, before any
 compute. A key that does not exist is named with its full path and the keys
-that do exist at that level. Ctrl-C (SIGINT) and SIGTERM end the program
-with one line on stderr (exit status 130 / 143), not a traceback; what was
-written (metrics up to the last finished step, exports) stays.
+that do exist at that level.
+
+Stopping: during training steps, SIGTERM / Ctrl-C checkpoint the run
+(`rl.preemption`) and exit 0 / 130; a rerun of the same command resumes.
+Before the steps start they end the program with one line on stderr (exit
+status 143 / 130), not a traceback. A run stopped by repeated failed steps
+(`rl.loop.RunStopped`) exits 1; an unusable checkpoint exits 2.
 """
 
 from __future__ import annotations
@@ -99,6 +103,13 @@ def define_config_flag(default_file: str = "demo.py"):
         "with --config.<section>.<key>=value (every key is documented in configs/base.py).")
 
 
+def define_fresh_flag():
+    """`--fresh`: start over in a workdir that already has checkpoints and logs."""
+    return flags.DEFINE_bool(
+        "fresh", False, "Start over: delete the workdir's checkpoints, logs, warm start and "
+        "exports first. Without it a workdir with checkpoints is resumed.")
+
+
 def define_workdir_flag(default: str | None = None):
     """`--workdir`: the run's output directory (created); required when no default."""
     return flags.DEFINE_string("workdir", default, "Output directory (created).",
@@ -125,9 +136,22 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
 
     @functools.wraps(main)
     def wrapped(argv):
+        from rl.checkpoint import CheckpointError
+        from rl.loop import RunStopped
+        from rl.preemption import Preempted
+
         signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return main(argv)
+        except Preempted as e:
+            print(f"\n{e}", file=sys.stderr)
+            sys.exit(e.exit_code)
+        except RunStopped as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)
+        except CheckpointError as e:
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(2)
         except KeyboardInterrupt:
             print("\nstopped: interrupted (Ctrl-C); files written so far are kept",
                   file=sys.stderr)
@@ -161,11 +185,61 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     app.run(_stoppable(main), flags_parser=_flags_parser)
 
 
-def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True):
+# What a run writes in its workdir: `--fresh` deletes these (and nothing else).
+RUN_OUTPUTS = ("checkpoints", "sft_checkpoints", "metrics.jsonl", "sft_metrics.jsonl",
+               "tensorboard", "sft", "exports", "final", "progress.png")
+
+
+def start_fresh(workdir: str) -> list[str]:
+    """Deletes a previous run's outputs in `workdir` (`RUN_OUTPUTS`); returns them."""
+    import shutil
+
+    removed = []
+    for name in RUN_OUTPUTS:
+        path = os.path.join(workdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+        else:
+            continue
+        removed.append(name)
+    return removed
+
+
+def check_resume(run_, workdir: str, *, for_sft: bool) -> None:
+    """Before any compute: refuses a config that cannot resume the workdir's
+    checkpoints (raises CheckpointError naming the keys), and ends the program
+    (exit 0) when the RL checkpoints are already at `train.steps`, printing so."""
+    from rl import checkpoint, sft
+    from rl.logs import RunLog
+
+    cfg = run_.cfg
+    if for_sft or cfg.train.warm_start == "sft":
+        checkpoint.check_resume(os.path.join(workdir, "sft_checkpoints"), sft.fingerprint(run_))
+    if for_sft:
+        return
+    meta = checkpoint.check_resume(os.path.join(workdir, "checkpoints"), cfg)
+    steps = cfg.train.steps
+    if meta is None or meta["step"] is None or meta["step"] < steps:
+        return
+    print(f"{workdir} is finished: its newest checkpoint is step {meta['step']} and "
+          f"the config asks for {steps} steps. Nothing to do (raise the step count to "
+          "continue, or pass --fresh to start over)")
+    log = RunLog(workdir, steps, tensorboard=False)
+    print_heldout({"before": log.record(0), "after": log.record(meta["step"])})
+    sys.exit(0)
+
+
+def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
+            fresh: bool = False, resume: bool = True, init: bool = True):
     """`(run, params)` for an entry point: resolves and checks the config (one-line
-    error, exit 2, before any compute), writes DIR/config.json, builds the policy.
-    `for_sft`: the entry point is the supervised warm start; `logs`: it writes
-    TensorBoard files / a plot when the config asks (their extras must be installed)."""
+    error, exit 2, before any compute), checks that it may resume the workdir's
+    checkpoints (`fresh`: deletes them and the logs first, saying so; `resume`
+    False: the entry point does not train), writes DIR/config.json, builds the
+    policy. `for_sft`: the entry point is the supervised warm start; `logs`: it
+    writes TensorBoard files / a plot when the config asks (their extras must be
+    installed); `init` False: no policy is built (params None)."""
     import json
 
     from rl import build
@@ -177,11 +251,20 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True):
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
         if logs:
             build.check_log_extras(cfg)
+        if fresh and os.path.isdir(workdir):
+            removed = start_fresh(workdir)
+            if removed:
+                print(f"--fresh: deleted {', '.join(removed)} in {workdir}")
+        if resume:
+            check_resume(run_, workdir, for_sft=for_sft)
         build.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             json.dump(cfg.to_dict(), f, indent=2, default=str)
-        return run_, build.init_params(run_)
+        if cfg.fault.enabled:
+            print("warning: fault injection is on (config.fault): this run fails on purpose",
+                  file=sys.stderr)
+        return run_, build.init_params(run_) if init else None
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)

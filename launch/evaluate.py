@@ -1,4 +1,4 @@
-"""Held-out pass@k of a checkpoint (a Hugging Face directory) or a config's initial policy.
+"""Held-out pass@k of a checkpoint (Hugging Face or Orbax) or a config's initial policy.
 
     python -m launch.evaluate --config=configs/demo.py --checkpoint=/tmp/run/final
     python -m launch.evaluate --config=configs/base.py:qwen2.5-0.5b \
@@ -6,11 +6,14 @@
         --config.data.heldout_path=test.jsonl --config.data.path=test.jsonl \
         --config.rl.reward.name=math --config.eval.n=16 --config.eval.k=1,4,16
 
-`--checkpoint` may be a training workdir (its `final/` is used). The
-checkpoint's config.json gives the architecture and its tokenizer files the
-tokenizer. Prints greedy accuracy, pass@k for each k in `eval.k` (unbiased,
-from `eval.n` samples at `eval.temperature`), and writes them as JSON to
-`--output` if given.
+`--checkpoint` may be a Hugging Face directory (its config.json gives the
+architecture, its tokenizer files the tokenizer) or a training workdir. In a
+workdir with Orbax checkpoints (DIR/checkpoints) the newest usable one is
+evaluated, or `--step=N`; the run's stored config then gives the model,
+tokenizer and data, and --config only the `eval` section and seed. A workdir
+without checkpoints is evaluated through its `final/` export. Prints greedy
+accuracy, pass@k for each k in `eval.k` (unbiased, from `eval.n` samples at
+`eval.temperature`), and writes them as JSON to `--output` if given.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ _CONFIG = define_config_flag("demo.py")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", "", "Hugging Face directory or training workdir; empty = the config's "
     "initial policy.")
+_STEP = flags.DEFINE_integer("step", None, "With a workdir's Orbax checkpoints: the step "
+                             "(default: the newest usable).")
 _OUTPUT = flags.DEFINE_string("output", "", "Also write the metrics to this JSON file.")
 
 
@@ -36,11 +41,21 @@ def main(argv):
 
     import jax
 
-    from rl import evaluation
+    from rl import build, evaluation
 
     cfg = _CONFIG.value
     path = _CHECKPOINT.value
-    if path:
+    build.configure_xla(cfg.cpu_xla_flags)  # before reading a checkpoint starts JAX
+    orbax = build.checkpoint_dir(path) if path else None  # a workdir's checkpoints first
+    if orbax:
+        try:
+            stored = build.config_from_checkpoint(orbax, _STEP.value)
+        except build.ERRORS as e:
+            print(f"error: {build.message(e)}", file=sys.stderr)
+            sys.exit(2)
+        stored.eval, stored.seed = cfg.eval, cfg.seed
+        cfg = stored
+    elif path:
         if os.path.isdir(os.path.join(path, "final")):
             path = os.path.join(path, "final")
         if not os.path.isfile(os.path.join(path, "config.json")):
@@ -49,7 +64,14 @@ def main(argv):
             sys.exit(2)
         cfg.model.hf_path = path
     with tempfile.TemporaryDirectory() as tmp:
-        run_, params = prepare(cfg, tmp, logs=False)
+        run_, params = prepare(cfg, tmp, logs=False, resume=False, init=not orbax)
+        if orbax:
+            try:
+                step, params = build.checkpoint_params(run_, orbax, _STEP.value)
+            except build.ERRORS as e:
+                print(f"error: {build.message(e)}", file=sys.stderr)
+                sys.exit(2)
+            print(f"checkpoint: step {step} of {orbax}")
         if run_.heldout_source is None:
             print("error: no held-out data (set data.heldout_path, data.tfds_heldout_split or "
                   "use a procedural task)", file=sys.stderr)

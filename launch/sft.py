@@ -20,6 +20,7 @@ import os
 from launch.common import (
     default_config_path,
     define_config_flag,
+    define_fresh_flag,
     define_workdir_flag,
     prepare,
     print_heldout,
@@ -27,6 +28,7 @@ from launch.common import (
 )
 
 _CONFIG = define_config_flag("demo.py")
+_FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
 
 
@@ -34,7 +36,8 @@ def main(argv):
     del argv
     from rl import sft
 
-    run_, params = prepare(_CONFIG.value, _WORKDIR.value, for_sft=True)
+    run_, params = prepare(_CONFIG.value, _WORKDIR.value, for_sft=True,
+                           fresh=_FRESH.value)
     _, summary, reused = sft.warm_start(run_, params, _WORKDIR.value)
     out = os.path.join(_WORKDIR.value, "sft")
     print(f"{'reused' if reused else 'wrote'} {out}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from launch.common import (
     default_config_path,
     define_config_flag,
+    define_fresh_flag,
     define_workdir_flag,
     prepare,
     print_heldout,
@@ -32,12 +33,13 @@ from launch.common import (
 )
 
 _CONFIG = define_config_flag("demo.py")
+_FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
 
 
 def main(argv):
     del argv
-    run_, params = prepare(_CONFIG.value, _WORKDIR.value)
+    run_, params = prepare(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
     print_heldout(train(run_, params, _WORKDIR.value))
 
 

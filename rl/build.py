@@ -29,8 +29,9 @@ import models
 from models import extras, sharding
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
+from rl.checkpoint import CheckpointError as ResumeError
 from rl import algorithm as algorithm_lib
-from rl import checks
+from rl import checks, faults
 from rl.algorithm import Algorithm, set_options
 from rl.data import sources as sources_lib
 from rl.data import tasks as tasks_lib
@@ -39,7 +40,7 @@ from rl.rewards import RewardInputError
 from sampling import SamplingParams, TreeConfig
 
 ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError,
-          extras.MissingExtra,
+          extras.MissingExtra, ResumeError,
           ValueError, KeyError, FileNotFoundError)
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
 _LOG = logging.getLogger(__name__)
@@ -291,6 +292,8 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     checks.check_train(cfg, alg, sp, samples)
     checks.check_optim(cfg.optim)
     checks.check_sft(cfg.sft)
+    checks.check_checkpoint(cfg.checkpoint)
+    faults.check(cfg.fault)
     if cfg.train.warm_start == "sft" or for_sft:
         checks.check_sft_data(cfg)
     if alg.advantage == "tree" and tree is None:
@@ -318,6 +321,46 @@ def init_params(run: Run) -> Any:
         return params
     return sharding.init_sharded(run.model_config, jax.random.key(cfg.seed), run.mesh,
                                  run.rules)
+
+
+def abstract_params(run: Run) -> Any:
+    """ShapeDtypeStructs of the policy's parameters with their shardings on the run's
+    mesh (a restore target; nothing is allocated)."""
+    import functools
+
+    shapes = jax.eval_shape(functools.partial(models.init, run.model_config),
+                            jax.random.key(0))
+    shardings = sharding.param_shardings(run.model_config, run.mesh, run.rules)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        shapes, shardings)
+
+
+def checkpoint_dir(path: str) -> str | None:
+    """The Orbax checkpoint directory `path` names: a training workdir (its
+    `checkpoints/`) or such a directory itself; None when it is neither."""
+    for candidate in (os.path.join(path, "checkpoints"), path):
+        if os.path.isdir(candidate) and any(
+                name.isdigit() and os.path.isdir(os.path.join(candidate, name))
+                for name in os.listdir(candidate)):
+            return candidate
+    return None
+
+
+def config_from_checkpoint(directory: str, step: int | None = None):
+    """The run's config as stored with its Orbax checkpoint (an unlocked ConfigDict)."""
+    import ml_collections
+
+    from rl import checkpoint
+
+    return ml_collections.ConfigDict(checkpoint.stored_config(directory, step))
+
+
+def checkpoint_params(run: Run, directory: str, step: int | None = None) -> tuple[int, Any]:
+    """(step, params) of an Orbax checkpoint (the newest usable one by default),
+    placed on the run's mesh."""
+    from rl import checkpoint
+
+    return checkpoint.restore_params(directory, abstract_params(run), step)
 
 
 def encode_prompt(tokenizer, text: str, *, chat_template: bool = False,

@@ -2,8 +2,9 @@
 
 Each raises ValueError with a one-line message naming the key, the value and,
 where it is not obvious, why it cannot work: the optimizer and SFT settings,
-the RL loop's counts and periods, where π_old comes from, and the update
-schedule (what a single on-policy optimizer step per batch would leave inert).
+the RL loop's counts and periods, where π_old comes from, the update
+schedule (what a single on-policy optimizer step per batch would leave inert),
+the checkpoint section (fault injection: `rl.faults.check`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def check_sft(s) -> None:
               strict=False)
 
 
+def check_checkpoint(c) -> None:
+    _positive(c, "checkpoint", ("keep", "max_rollbacks"), strict=True)
+    _positive(c, "checkpoint", ("every", "snapshot_every", "abandon_after_s"), strict=False)
+
+
 def check_update_schedule(cfg, alg: Algorithm) -> None:
     """Refuses what would do nothing with one on-policy optimizer step per batch:
     π_θ = π_old at that step, so every ratio is 1 and nothing is clipped or reweighted."""
@@ -84,7 +90,7 @@ def check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
                  "log_every", "dynamic_max_rounds"):
         if train[name] < 1:
             raise ValueError(f"train.{name} must be >= 1, got {train[name]}")
-    for name in ("eval_every", "checkpoint_every"):
+    for name in ("eval_every", "export_every"):
         if train[name] < 0:
             raise ValueError(f"train.{name} must be >= 0, got {train[name]}")
     if train.prompts_per_step % train.minibatches:

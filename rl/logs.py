@@ -1,7 +1,9 @@
 """Run logs: `metrics.jsonl`, TensorBoard event files, a console progress line, a PNG plot.
 
     log = RunLog(workdir, total_steps)
+    log.start_over()                              # or log.rewind(N): resume after step N
     log.write(step, {"reward/mean": 0.4, ...})   # one JSON object per call
+    log.event(step, "rollback", cause="...")      # a non-metric line (metrics.jsonl only)
     log.close()
     plot(workdir)                                 # workdir/progress.png
 
@@ -9,6 +11,10 @@ Keys under `time/` and `perf/` are wall-clock measurements; everything else
 is a pure function of the config and seed (`TIMING_PREFIXES`), which the
 determinism test relies on. TensorBoard files are written with
 `tensorboard.summary.Writer`, which needs no TensorFlow.
+
+Resuming (`rewind(step)`): metrics.jsonl keeps its lines up to `step` (and
+its event lines) and drops the rest; the TensorBoard directory is rewritten from those lines, so
+TensorBoard never sees a step twice or out of order.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -44,28 +51,65 @@ class RunLog:
     def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
                  stream=None, name: str = "train", every: int = 1):
         os.makedirs(workdir, exist_ok=True)
-        self.writer = None
+        self.summary = None
         if tensorboard:  # first, so a missing package fails before any file is opened
-            summary = extras.require("tensorboard.summary", "tensorboard", "TensorBoard logging")
-            self.writer = summary.Writer(os.path.join(workdir, "tensorboard", name))
+            self.summary = extras.require("tensorboard.summary", "tensorboard",
+                                          "TensorBoard logging")
+        self.tb_dir = os.path.join(workdir, "tensorboard", name)
         self.path = os.path.join(workdir, "metrics.jsonl" if name == "train"
                                  else f"{name}_metrics.jsonl")
-        self.file = open(self.path, "w")  # noqa: SIM115 - open for the run
+        self.file = self.writer = None  # opened by rewind() (or the first write)
         self.total, self.name, self.every = total_steps, name, every
         self.stream = stream or sys.stdout
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.start = time.perf_counter()
 
+    def rewind(self, step: int) -> None:
+        """Reopens the logs for appending after step `step`: keeps the lines of steps
+        <= `step` (the held-out eval before training is step 0) and every event line
+        (rollbacks stay on record), and drops the rest; `rewind(-1)` (`start_over`)
+        empties them for a fresh run."""
+        self._close_files()
+        kept = [r for r in self.records() if r["step"] <= step or "event" in r]
+        with open(self.path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        self.file = open(self.path, "a")  # noqa: SIM115 - open for the run
+        if self.summary is not None:
+            shutil.rmtree(self.tb_dir, ignore_errors=True)
+            self.writer = self.summary.Writer(self.tb_dir)
+            for record in kept:
+                self._scalars(record)
+            self.writer.flush()
+
+    def start_over(self) -> None:
+        self.rewind(-1)
+
+    def records(self) -> list[dict]:
+        """The lines of metrics.jsonl so far (metrics and events)."""
+        return read(self.path) if os.path.exists(self.path) else []
+
+    def record(self, step: int) -> dict:
+        """The metrics logged for `step`, without the "step" key ({} when none)."""
+        found = [r for r in metric_records(self.records()) if r["step"] == step]
+        return {k: v for k, v in found[-1].items() if k != "step"} if found else {}
+
+    def _scalars(self, record: Mapping[str, object]) -> None:
+        if "event" in record:
+            return
+        for key, value in record.items():
+            if key != "step" and value is not None:
+                self.writer.add_scalar(key, value, step=int(record["step"]))
+
     def write(self, step: int, metrics: Mapping[str, object], *, console: bool = True) -> None:
+        if self.file is None:
+            self.start_over()
         record = {"step": int(step)}
         for key, value in sorted(metrics.items()):
             record[key] = _number(value)
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.writer is not None:
-            for key, value in record.items():
-                if key != "step" and value is not None:
-                    self.writer.add_scalar(key, value, step=int(step))
+            self._scalars(record)
             self.writer.flush()
         if console and (step % self.every == 0 or step == self.total):
             self.progress(step, record)
@@ -88,10 +132,23 @@ class RunLog:
             self.stream.write(line + "\n")
         self.stream.flush()
 
-    def close(self) -> None:
-        self.file.close()
+    def event(self, step: int, kind: str, **fields) -> None:
+        """A non-metric line `{"step", "event": kind, ...}` in metrics.jsonl (not in
+        TensorBoard, whose steps must only go forward)."""
+        if self.file is None:
+            self.start_over()
+        self.file.write(json.dumps({"step": int(step), "event": kind, **fields}) + "\n")
+        self.file.flush()
+
+    def _close_files(self) -> None:
+        if self.file is not None:
+            self.file.close()
         if self.writer is not None:
             self.writer.close()
+        self.file = self.writer = None
+
+    def close(self) -> None:
+        self._close_files()
 
 
 def read(path: str) -> list[dict]:
@@ -102,6 +159,11 @@ def read(path: str) -> list[dict]:
 def strip_timing(records: list[dict]) -> list[dict]:
     """Records without the wall-clock keys (for comparing two runs)."""
     return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in records]
+
+
+def metric_records(records: list[dict]) -> list[dict]:
+    """The step metrics among metrics.jsonl lines (events, e.g. rollbacks, left out)."""
+    return [r for r in records if "event" not in r]
 
 
 def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:

@@ -9,7 +9,8 @@ not trained), computed with the learner's completion-only log-probs at
 temperature 1. AdamW with linear warmup then cosine decay (`sft.*`), one
 jitted, donated step; held-out greedy accuracy before, every
 `sft.eval_every` steps and after. Logs go to DIR/sft_metrics.jsonl and
-DIR/tensorboard/sft.
+DIR/tensorboard/sft. The steps run through `rl.loop.fit` (`SFTJob`), so an
+interrupted warm start resumes from DIR/sft_checkpoints.
 """
 
 from __future__ import annotations
@@ -62,44 +63,89 @@ def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.n
     return seqs.learner_inputs()
 
 
-def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict]:
-    """Runs `sft.steps` steps; returns (params, {"before": ..., "after": ...})."""
-    cfg, s = run.cfg, run.cfg.sft
-    if s.steps < 1 or s.batch_size < 1:
-        raise ValueError(f"sft.steps and sft.batch_size must be >= 1, got {s.steps}, "
-                         f"{s.batch_size}")
-    warmup = min(s.warmup_steps, s.steps - 1)
-    schedule = optax.warmup_cosine_decay_schedule(0.0, s.lr, max(warmup, 1), s.steps,
-                                                  end_value=s.lr * 0.1)
-    optimizer = optax.adamw(schedule, weight_decay=s.weight_decay,
-                            mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
-    if s.grad_clip:
-        optimizer = optax.chain(optax.clip_by_global_norm(s.grad_clip), optimizer)
-    c = run.completion_len
-    step_fn = make_step(run, optimizer, min(cfg.train.logits_chunk, c))
-    opt_state = learner_lib.on_mesh(jax.jit(optimizer.init)(params), run.act)
-    data = batches(run.train_source, s.batch_size, seed=cfg.seed + 100)
-    log = RunLog(workdir, s.steps, stream=stream, name="sft", every=max(s.steps // 10, 1),
-                 tensorboard=cfg.train.tensorboard)
-    rng = jax.random.key(cfg.seed + 2)
-    before = evaluation.evaluate(run, params, rng)
-    log.write(0, before, console=False)
-    metrics: dict = {}
-    for step in range(1, s.steps + 1):
+class SFTJob:
+    """The supervised warm start as an `rl.loop` job (resume, rollback, preemption);
+    its checkpoints go to DIR/sft_checkpoints and must match its `fingerprint`."""
+
+    def __init__(self, run: Run, params: Any, workdir: str, *, stream=None):
+        from rl.faults import Faults
+
+        cfg, s = run.cfg, run.cfg.sft
+        if s.steps < 1 or s.batch_size < 1:
+            raise ValueError(f"sft.steps and sft.batch_size must be >= 1, got {s.steps}, "
+                             f"{s.batch_size}")
+        self.run_, self.section, self.total_steps = run, s, s.steps
+        warmup = min(s.warmup_steps, s.steps - 1)
+        self.schedule = optax.warmup_cosine_decay_schedule(0.0, s.lr, max(warmup, 1), s.steps,
+                                                           end_value=s.lr * 0.1)
+        optimizer = optax.adamw(self.schedule, weight_decay=s.weight_decay,
+                                mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+        if s.grad_clip:
+            optimizer = optax.chain(optax.clip_by_global_norm(s.grad_clip), optimizer)
+        self.step_fn = make_step(run, optimizer, min(cfg.train.logits_chunk, run.completion_len))
+        self.params = params
+        self.opt_state = learner_lib.on_mesh(jax.jit(optimizer.init)(params), run.act)
+        self.data = batches(run.train_source, s.batch_size, seed=cfg.seed + 100)
+        self.log = RunLog(workdir, s.steps, stream=stream, name="sft",
+                          every=max(s.steps // 10, 1), tensorboard=cfg.train.tensorboard)
+        self.rng = learner_lib.on_mesh(jax.random.key(cfg.seed + 2), run.act)
+        self.faults = Faults(cfg.fault)
+        self.checkpoint_config = fingerprint(run)
+
+    def get_state(self) -> dict:
+        return {"params": self.params, "opt_state": self.opt_state, "eval_rng": self.rng}
+
+    def set_state(self, tree: dict) -> None:
+        self.params, self.opt_state, self.rng = tree["params"], tree["opt_state"], tree["eval_rng"]
+
+    def host_state(self) -> dict:
+        return {"data": self.data_state()}
+
+    def set_host_state(self, host: dict) -> None:
+        self.set_data_state(host["data"])
+
+    def data_state(self) -> dict:
+        return self.data.get_state()
+
+    def set_data_state(self, state: dict) -> None:
+        self.data.set_state(state)
+
+    def step(self, step: int) -> dict:
+        run = self.run_
         start = time.perf_counter()
-        host = examples_to_batch(run, next(data), c)
+        host = examples_to_batch(run, next(self.data), run.completion_len)
+        self.faults.after_rollout(step)
         batch = jax.device_put({k: jnp.asarray(v) for k, v in host.items()},
                                learner_lib.batch_sharding(run.act, host))
-        params, opt_state, out = step_fn(params, opt_state, batch)
+        self.params, self.opt_state, out = self.step_fn(self.params, self.opt_state, batch)
         metrics = {k: float(v) for k, v in jax.device_get(out).items()}
-        metrics["lr"] = float(schedule(step - 1))
+        metrics["lr"] = float(self.schedule(step - 1))
         metrics["time/step"] = time.perf_counter() - start
-        if (s.eval_every and step % s.eval_every == 0) or step == s.steps:
-            metrics.update(evaluation.evaluate(run, params, rng))
-        log.write(step, metrics)
-    log.close()
-    after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
-    return params, {"before": before, "after": after}
+        return metrics
+
+    def evaluate(self) -> dict:
+        return evaluation.evaluate(self.run_, self.params, self.rng)
+
+    def eval_due(self, step: int) -> bool:
+        every = self.section.eval_every
+        return bool(every and step % every == 0) or step == self.total_steps
+
+    def after_step(self, step: int) -> None:
+        del step
+
+
+def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict]:
+    """Runs `sft.steps` steps (resuming DIR/sft_checkpoints); returns (params,
+    {"before": ..., "after": ...})."""
+    from rl import loop
+
+    job = SFTJob(run, params, workdir, stream=stream)
+    try:
+        summary = loop.fit(job, directory=os.path.join(workdir, "sft_checkpoints"),
+                           section=run.cfg.checkpoint, stream=stream)
+    finally:
+        job.log.close()
+    return job.params, summary
 
 
 WARM_START_FILE = "warm_start.json"

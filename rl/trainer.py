@@ -22,6 +22,12 @@ Held-out eval (greedy accuracy, pass@k) runs before training, every
 a console progress line. Batch shapes are fixed (padding rows are masked),
 so after the first step nothing recompiles unless the prompt-length bucket
 changes.
+
+`run` drives the steps through `rl.loop.fit`: resume from DIR/checkpoints,
+in-memory snapshots with rollback of failed steps, persistent checkpoints,
+preemption. The Trainer is its job: `get_state`/`set_state` (params,
+optimizer state, update counter, every PRNG key) and `host_state` (data
+position, warning counters, the reference policy's checksum).
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ import numpy as np
 
 import sampling
 from rl import advantages as adv_lib
-from rl import evaluation
+from rl import checkpoint, evaluation, loop
 from rl import kl as kl_lib
 from rl import learner as learner_lib
 from rl.batch import assemble
 from rl.build import Run, export, needs_reference
 from rl.data.sources import batches
+from rl.faults import Faults
 from rl.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
@@ -86,18 +93,55 @@ class Trainer:
             logits_chunk=min(cfg.train.logits_chunk, run.completion_len))
         self.ref_params = (jax.tree.map(jnp.copy, params) if needs_reference(self.alg)
                            else None)
+        # a resume rebuilds the reference from the config: this checks it is the same one
+        self.ref_checksum = (checkpoint.checksums(self.ref_params)
+                             if self.ref_params is not None else None)
         self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
         self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
         self.samples = run.samples_per_prompt
         self.rows = cfg.train.prompts_per_step * self.samples
-        self.rng = jax.random.key(cfg.seed)
-        self.eval_rng = jax.random.key(cfg.seed + 2)
+        # on the mesh (replicated), like every other leaf of the state: a restored
+        # snapshot or checkpoint puts them back exactly there
+        self.rng, self.eval_rng = learner_lib.on_mesh(
+            (jax.random.key(cfg.seed), jax.random.key(cfg.seed + 2)), run.act)
         self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every,
                           tensorboard=cfg.train.tensorboard)
         self.warnings = sys.stderr if stream is None else stream
         self.zero_reward_steps = 0  # consecutive steps from the start with every reward 0
         self.empty_steps = 0        # steps whose dynamic sampling kept no group
+        self.faults = Faults(cfg.fault)
+        self.total_steps = cfg.train.steps
+        self.checkpoint_config = checkpoint.config_dict(cfg)
         self._advantages = jax.jit(self.advantage_kernel)
+
+    # -- the job's state (rl.loop) ------------------------------------------------------------
+    def get_state(self) -> dict:
+        s = self.state
+        return {"params": s.params, "opt_state": s.opt_state, "update_step": s.step,
+                "learner_rng": s.rng, "rng": self.rng, "eval_rng": self.eval_rng}
+
+    def set_state(self, tree: dict) -> None:
+        self.state = learner_lib.TrainState(tree["params"], tree["opt_state"],
+                                            tree["update_step"], tree["learner_rng"])
+        self.rng, self.eval_rng = tree["rng"], tree["eval_rng"]
+
+    def host_state(self) -> dict:
+        return {"data": self.data_state(), "zero_reward_steps": self.zero_reward_steps,
+                "empty_steps": self.empty_steps, "reference": self.ref_checksum}
+
+    def set_host_state(self, host: dict) -> None:
+        if host["reference"] != self.ref_checksum:
+            raise checkpoint.CheckpointError(
+                "the reference policy rebuilt from the config differs from the one the "
+                "checkpointed run used (did the weights in model.hf_path or DIR/sft change?)")
+        self.set_data_state(host["data"])
+        self.zero_reward_steps, self.empty_steps = host["zero_reward_steps"], host["empty_steps"]
+
+    def data_state(self) -> dict:
+        return self.data.get_state()
+
+    def set_data_state(self, state: dict) -> None:
+        self.data.set_state(state)
 
     # -- rollouts ---------------------------------------------------------------------------
     def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
@@ -230,14 +274,18 @@ class Trainer:
                     "sampling.n, or use a task nearer the policy's level")
 
     # -- one step -----------------------------------------------------------------------------
-    def step(self) -> dict[str, float]:
+    def step(self, step: int = 0) -> dict[str, float]:
+        """One RL step (`step` numbers it for the warnings and `config.fault`)."""
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
         groups, stats = self.collect()
+        self.faults.after_rollout(step)
         if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
             elapsed = time.perf_counter() - t0
-            return stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
-                            "time/step": elapsed}
+            metrics = stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
+                               "time/step": elapsed}
+            self.check_progress(step, metrics)
+            return metrics
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
                         sampler_logp=groups.logp)
@@ -252,6 +300,8 @@ class Trainer:
                     if self.ref_params is not None else np.zeros_like(old_logp))  # unread then
         t2 = time.perf_counter()
         adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
+        if self.faults.poison(step):
+            adv = np.where(grad_mask, np.float32("nan"), adv)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
                   "ref_logp": ref_logp}
         if cfg.train.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
@@ -282,6 +332,7 @@ class Trainer:
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
+        self.check_progress(step, metrics)
         return metrics
 
     # -- the loop -----------------------------------------------------------------------------
@@ -295,23 +346,24 @@ class Trainer:
     def export(self, name: str) -> str:
         return export(os.path.join(self.workdir, name), self.run_, self.state.params)
 
-    def run(self) -> dict[str, dict[str, float]]:
-        cfg = self.cfg
-        before = self.evaluate()
-        if before:
-            self.log.write(0, before, console=False)
-        metrics = {}
-        for step in range(1, cfg.train.steps + 1):
-            metrics = self.step()
-            self.check_progress(step, metrics)
-            if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
-                metrics.update(self.evaluate())
-            if step == cfg.train.steps:
-                metrics.update(self.evaluate())
-            if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
-                self.export(os.path.join("checkpoints", f"step_{step}"))
-            self.log.write(step, metrics)
-        self.export("final")
-        self.log.close()
-        after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
-        return {"before": before, "after": after}
+    def eval_due(self, step: int) -> bool:
+        every = self.cfg.train.eval_every
+        return bool(every and step % every == 0) or step == self.total_steps
+
+    def after_step(self, step: int) -> None:
+        """Hugging Face exports: DIR/exports/step_N every `train.export_every`, DIR/final."""
+        every = self.cfg.train.export_every
+        if every and step % every == 0 and step < self.total_steps:
+            self.export(os.path.join("exports", f"step_{step}"))
+        if step == self.total_steps:
+            self.export("final")
+
+    def run(self) -> dict:
+        """All steps (resumed from DIR/checkpoints when it has any; `rl.loop.fit`).
+        Returns {"before", "after"} held-out metrics plus "resumed_from" (a step) and
+        "finished" (the checkpoints were already at `train.steps`: nothing ran)."""
+        try:
+            return loop.fit(self, directory=os.path.join(self.workdir, "checkpoints"),
+                            section=self.cfg.checkpoint, stream=self.warnings)
+        finally:
+            self.log.close()

@@ -70,18 +70,19 @@ def test_help_lists_the_flags(module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                           (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_a_signal_ends_the_run_with_one_line(tmp_path, sig, code, word):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_signal_checkpoints_the_warm_start_and_a_rerun_resumes_it(tmp_path, sig, code):
+    """The demo config, signalled from outside during its supervised warm start: the
+    step ends, a checkpoint is written, exit status 0 (SIGTERM) / 130 (Ctrl-C)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
+    logs_off = ["--config.train.tensorboard=False", "--config.train.plot=False"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.train", f"--workdir={tmp_path}",
-         "--config.train.tensorboard=False", "--config.train.plot=False"],
+        [sys.executable, "-m", "launch.train", f"--workdir={tmp_path}", *logs_off],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for line in proc.stdout:  # signal once the run is inside its training loop
-            if line.startswith("[1/2]"):
+        for line in proc.stdout:  # signal once the warm start is inside its steps
+            if line.startswith("sft "):
                 break
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
@@ -89,7 +90,19 @@ def test_a_signal_ends_the_run_with_one_line(tmp_path, sig, code, word):
         proc.kill()
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == f"stopped: {word}; files written so far are kept"
+    last = err.strip().splitlines()[-1]
+    name = signal.Signals(sig).name
+    assert last.startswith(f"stopped on {name} with a checkpoint of step "), last
+    step = int(last.split(" of step ")[1].split()[0])
+    assert os.path.isdir(tmp_path / "sft_checkpoints" / str(step))
+    if sig == signal.SIGTERM:  # resume: one more warm-start step, then one RL step
+        small_eval = ["--config.eval.size=4", "--config.eval.n=2", "--config.eval.k=1,2",
+                      "--config.train.eval_every=0"]
+        again = _launch("launch.train", f"--workdir={tmp_path}", *logs_off, *small_eval,
+                        f"--config.sft.steps={step + 1}", "--config.train.steps=1",
+                        timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"resumed from checkpoint step {step} " in again.stdout
 
 
 def test_evaluate_rejects_a_directory_without_a_model(tmp_path):

@@ -1,0 +1,58 @@
+r"""Any Orbax checkpoint of a run as a Hugging Face directory.
+
+    python -m launch.export --workdir=/tmp/run --out=/tmp/run_hf            # newest usable
+    python -m launch.export --workdir=/tmp/run --step=300 --out=/tmp/step300
+    python -m launch.export --workdir=/tmp/run --sft --out=/tmp/sft_hf      # the warm start's
+
+Reads the checkpoint's own config (the architecture, the tokenizer), restores
+only the parameters and writes `model.safetensors` + `config.json` + the
+tokenizer files: loadable by transformers, launch.evaluate, or as another
+run's `model.hf_path`. A damaged newest checkpoint is skipped with a warning
+(an explicit --step that is damaged is an error).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import flags
+
+from launch.common import run
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (or its checkpoints/ "
+                               "directory).", required=True)
+_OUT = flags.DEFINE_string("out", None, "Hugging Face directory to write (created).",
+                           required=True)
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest usable).")
+_SFT = flags.DEFINE_bool("sft", False, "Export the supervised warm start's checkpoints "
+                         "(DIR/sft_checkpoints) instead of the RL run's.")
+
+
+def main(argv):
+    del argv
+    from rl import build
+
+    from configs.base import CPU_XLA_FLAGS
+
+    build.configure_xla(CPU_XLA_FLAGS)  # before reading the checkpoint starts JAX
+    workdir = _WORKDIR.value
+    directory = (os.path.join(workdir, "sft_checkpoints") if _SFT.value
+                 else build.checkpoint_dir(workdir))
+    if directory is None or not os.path.isdir(directory):
+        print(f"error: {workdir} has no Orbax checkpoints (expected {workdir}/checkpoints/<step>)",
+              file=sys.stderr)
+        sys.exit(2)
+    try:
+        cfg = build.config_from_checkpoint(directory, _STEP.value)
+        run_ = build.resolve(cfg, os.path.dirname(os.path.abspath(directory)))
+        step, params = build.checkpoint_params(run_, directory, _STEP.value)
+    except build.ERRORS as e:
+        print(f"error: {build.message(e)}", file=sys.stderr)
+        sys.exit(2)
+    build.export(_OUT.value, run_, params)
+    print(f"wrote {_OUT.value} (step {step} of {directory})")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,36 @@
+"""A 12-step run of a very small model for the fault-tolerance tests (real processes).
+
+    python -m launch.train --config=tests/rl/fault_config.py[:dynamic] --workdir=DIR
+
+`dynamic`: DAPO-style dynamic sampling that refills batches (several rounds per step).
+"""
+
+from configs import base
+
+
+def get_config(arg: str | None = None):
+    cfg = base.build("tiny")
+    cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
+    cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
+    cfg.data.task.name = "arithmetic"
+    cfg.data.task.digits = 1
+    cfg.data.heldout_size = 6
+    cfg.sampling.n = 4
+    cfg.sampling.max_new_tokens = 8
+    cfg.sampling.segment_len = 16
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.train.eval_every = 12, 2, 4
+    cfg.train.plot = False
+    cfg.optim.lr = 1e-3
+    # rewards that vary within a group from the first step (a digit anywhere: ~15% of
+    # random 8-token completions), so every step's update moves the policy
+    cfg.rl.reward.name = "format"
+    cfg.rl.reward.pattern = ".*[0-9].*"
+    cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 8
+    cfg.checkpoint.every = 3
+    if arg == "dynamic":
+        cfg.train.dynamic_sampling = True
+        cfg.train.dynamic_max_rounds = 4
+    elif arg:
+        raise ValueError(f"unknown argument {arg!r} (dynamic)")
+    cfg.lock()
+    return cfg
