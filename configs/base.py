@@ -108,8 +108,11 @@ checkpoint:     fault tolerance (rl/loop.py, docs/fault_tolerance.md).
   asynchronous     write in the background (the step waits only for the copy).
   snapshot_every   copy the state to host memory every N steps (0 = only at
                    the start); a failed step (an exception, a NaN/inf loss or
-                   gradient norm) restores the newest snapshot and skips the
-                   batch it consumed.
+                   gradient norm) restores the newest snapshot, replays the
+                   steps after it (exactly: same data, same keys) and skips
+                   the batch the failed step consumed. A snapshot costs one
+                   copy of params + optimizer state (~3 % of a W1 step on a
+                   CPU), so the default takes one every 10 steps.
   max_rollbacks    this many failed steps in a row stop the run (exit 1),
                    with the last good state saved as a checkpoint.
   abandon_after_s  after SIGTERM/SIGINT the running step may finish for this
@@ -267,7 +270,7 @@ def sft_section() -> ml_collections.ConfigDict:
 
 def checkpoint_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
-        "every": 50, "keep": 3, "asynchronous": True, "snapshot_every": 1, "max_rollbacks": 3,
+        "every": 50, "keep": 3, "asynchronous": True, "snapshot_every": 10, "max_rollbacks": 3,
         "abandon_after_s": 20.0})
 
 

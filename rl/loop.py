@@ -66,6 +66,7 @@ class _Loop:
                                  asynchronous=section.asynchronous, stream=self.stream)
         self.snaps = Snapshots()
         self.skips: dict[int, dict] = {}  # step -> data position to continue from there
+        self.saved: set[int] = set()  # steps this process has checkpointed
         self.template = None
 
     # -- state --------------------------------------------------------------------------------
@@ -79,11 +80,14 @@ class _Loop:
         self.skips = {int(k): v for k, v in host["skips"].items()}
 
     def save(self, step: int, *, wait: bool = False) -> None:
-        if step in self.ckpts.steps():
+        """A persistent checkpoint of the current state as `step` (once per step: a step
+        saved earlier, on disk or still being written, is only waited for)."""
+        if step in self.saved or step in self.ckpts.steps():
             if wait:
                 self.ckpts.wait()
             return
         self.ckpts.save(step, self.job.get_state(), self.host(), wait=wait)
+        self.saved.add(step)
 
     def save_snapshot(self) -> int:
         """Restores the last complete snapshot and writes it to disk; returns its step."""

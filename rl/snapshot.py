@@ -101,6 +101,10 @@ class Snapshots:
         if snap is None:
             raise RuntimeError("no complete snapshot to restore")
         shardings = jax.tree.map(lambda x: x.sharding, storable(template))
-        arrays = jax.device_put(snap.arrays, shardings)
-        arrays = _device_copy(arrays)  # fresh buffers: the job donates them
+        on_host = all(x.sharding.memory_kind == "pinned_host"
+                      for x in jax.tree.leaves(snap.arrays))
+        # fresh buffers either way (the job donates them): the copy back from host memory
+        # makes them; a snapshot kept on the device is copied
+        arrays = (jax.device_put(snap.arrays, shardings) if on_host
+                  else _device_copy(jax.device_put(snap.arrays, shardings)))
         return snap.step, unstorable(arrays, template), json.loads(json.dumps(snap.host))

@@ -27,6 +27,7 @@ def get_config(arg: str | None = None):
     cfg.rl.reward.pattern = ".*[0-9].*"
     cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 8
     cfg.checkpoint.every = 3
+    cfg.checkpoint.snapshot_every = 1  # a rollback restores the step before the failure
     if arg == "dynamic":
         cfg.train.dynamic_sampling = True
         cfg.train.dynamic_max_rounds = 4
