@@ -111,8 +111,8 @@ checkpoint:     fault tolerance (rl/loop.py, docs/fault_tolerance.md).
                    gradient norm) restores the newest snapshot, replays the
                    steps after it (exactly: same data, same keys) and skips
                    the batch the failed step consumed. A snapshot costs one
-                   copy of params + optimizer state (~3 % of a W1 step on a
-                   CPU), so the default takes one every 10 steps.
+                   copy of params + optimizer state (1-2.5% of a W1 step on
+                   a CPU), so the default takes one every 10 steps.
   max_rollbacks    this many failed steps in a row stop the run (exit 1),
                    with the last good state saved as a checkpoint.
   abandon_after_s  after SIGTERM/SIGINT the running step may finish for this

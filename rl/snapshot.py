@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rl.checkpoint import storable, unstorable
 
@@ -101,10 +102,23 @@ class Snapshots:
         if snap is None:
             raise RuntimeError("no complete snapshot to restore")
         shardings = jax.tree.map(lambda x: x.sharding, storable(template))
-        on_host = all(x.sharding.memory_kind == "pinned_host"
-                      for x in jax.tree.leaves(snap.arrays))
-        # fresh buffers either way (the job donates them): the copy back from host memory
-        # makes them; a snapshot kept on the device is copied
-        arrays = (jax.device_put(snap.arrays, shardings) if on_host
-                  else _device_copy(jax.device_put(snap.arrays, shardings)))
+        arrays = jax.tree.map(_back, snap.arrays, shardings)
         return snap.step, unstorable(arrays, template), json.loads(json.dumps(snap.host))
+
+
+def _back(x: jax.Array, sharding) -> jax.Array:
+    """One snapshot array back on `sharding`, never aliasing memory the job could
+    overwrite (it donates what it gets):
+      * a single-device CPU array in pinned_host memory comes back without a copy:
+        `np.asarray` views it and `device_put` of that view is zero-copy on the CPU; an
+        array made from external (NumPy-owned) memory is never written in place by a
+        donating computation (XLA allocates its outputs), so the snapshot stays intact
+        (tests/rl/test_fault_tolerance.py restores twice across a donation);
+      * any other host array is transferred (fresh device buffers);
+      * a snapshot kept on the device is copied."""
+    if x.sharding.memory_kind == "pinned_host":
+        devices = x.sharding.device_set
+        if len(devices) == 1 and next(iter(devices)).platform == "cpu":
+            return jax.device_put(np.asarray(x), sharding)
+        return jax.device_put(x, sharding)
+    return _copy(jax.device_put(x, sharding))

@@ -144,8 +144,10 @@ def test_snapshots_survive_donation_and_restore_the_newest_complete_one():
 def test_a_snapshot_still_copying_is_not_the_one_restored():
     snaps = Snapshots()
     snaps.take(1, _state(), {})
+    jax.block_until_ready(snaps.pending.arrays)
     assert snaps.latest().step == 1  # complete: promoted
     snaps.take(2, _state(), {})
+    jax.block_until_ready(snaps.pending.arrays)
 
     class Copying:  # the pending copy has not arrived
         def complete(self):
