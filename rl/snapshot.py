@@ -8,8 +8,9 @@
 the `pinned_host` memory of the same devices: asynchronous, and ordered
 before any later computation that donates the arrays) and a JSON copy of
 the host-side state. Two slots: the copy just started is `pending`; it is
-promoted to `ready` only once every array has arrived, so a copy that is
-still running (or failed) is never the one restored. On a device without a
+promoted to `ready` only once every array has arrived. `restore` waits for a
+pending copy to arrive and falls back to `ready` when it failed, so a
+partial copy is never the one restored. On a device without a
 `pinned_host` memory the copy stays on the device (a jitted copy), which
 still survives the donation of the originals.
 """
@@ -90,15 +91,15 @@ class Snapshots:
         return self.ready
 
     def restore(self, template: Any) -> tuple[int, Any, dict]:
-        """(step, state on the devices of `template`, host) of the newest complete
-        snapshot; the snapshot itself stays for another rollback."""
-        snap = self.latest()
-        if snap is None and self.pending is not None:
-            try:  # the only snapshot is still being copied: wait for it
+        """(step, state on the devices of `template`, host) of the newest snapshot,
+        once its copy has arrived (a copy that failed leaves the one before); the
+        snapshot itself stays for another rollback."""
+        if self.pending is not None:
+            try:  # a copy still in flight is waited for; one that failed is dropped
                 jax.block_until_ready(self.pending.arrays)
-            except Exception:  # noqa: BLE001
-                pass
-            snap = self.latest()
+            except Exception:  # noqa: BLE001 - the copy failed: keep the older snapshot
+                self.pending = None
+        snap = self.latest()
         if snap is None:
             raise RuntimeError("no complete snapshot to restore")
         shardings = jax.tree.map(lambda x: x.sharding, storable(template))

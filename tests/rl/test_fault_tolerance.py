@@ -141,6 +141,23 @@ def test_snapshots_survive_donation_and_restore_the_newest_complete_one():
     np.testing.assert_array_equal(again["params"]["w"], np.arange(12.0).reshape(3, 4) + 1)
 
 
+def test_a_snapshot_whose_copy_failed_is_not_the_one_restored():
+    snaps = Snapshots()
+    snaps.take(1, _state(), {"n": 1})
+    jax.block_until_ready(snaps.pending.arrays)
+    snaps.take(2, _state(), {"n": 2})
+
+    class Failed:  # a copy that raised on its way to host memory
+        arrays = property(lambda self: (_ for _ in ()).throw(RuntimeError("copy failed")))
+
+        def complete(self):
+            return False
+
+    snaps.pending = Failed()
+    step, _, host = snaps.restore(_state())
+    assert step == 1 and host == {"n": 1}
+
+
 def test_a_snapshot_still_copying_is_not_the_one_restored():
     snaps = Snapshots()
     snaps.take(1, _state(), {})
