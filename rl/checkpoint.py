@@ -54,10 +54,21 @@ class CheckpointError(Exception):
     """No usable checkpoint where one was expected, or one this run cannot resume."""
 
 
+class _OrbaxBelowError(logging.Filter):
+    """Drops Orbax's log records below ERROR (it logs every save and restore at INFO
+    through absl; a run prints its own lines). Other absl records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or "orbax" not in record.pathname
+
+
+_FILTER = _OrbaxBelowError()
+
+
 def _quiet_orbax() -> None:
-    # Orbax logs every save and restore at INFO/WARNING through absl; a run prints its own lines.
-    for name in ("absl", "orbax"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    logger = logging.getLogger("absl")
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)
 
 
 # -- arrays -----------------------------------------------------------------------------------

@@ -8,8 +8,10 @@
 from configs import base
 
 
-def get_config(arg: str | None = None):
-    cfg = base.build("tiny")
+def very_small(cfg):
+    """The unlocked `cfg` shrunk to the suite's very small run: a 1-layer model of width
+    64, one-digit arithmetic, 2 prompts x 4 samples x 8 tokens, lr 1e-3, a 6-prompt
+    held-out eval (tests/rl/test_trainer.py builds on it too)."""
     cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
     cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
     cfg.data.task.name = "arithmetic"
@@ -18,14 +20,21 @@ def get_config(arg: str | None = None):
     cfg.sampling.n = 4
     cfg.sampling.max_new_tokens = 8
     cfg.sampling.segment_len = 16
-    cfg.train.steps, cfg.train.prompts_per_step, cfg.train.eval_every = 12, 2, 4
-    cfg.train.plot = False
+    cfg.train.prompts_per_step = 2
     cfg.optim.lr = 1e-3
+    cfg.eval.size, cfg.eval.n, cfg.eval.k = 6, 2, "1,2"
+    return cfg
+
+
+def get_config(arg: str | None = None):
+    cfg = very_small(base.build("tiny"))
+    cfg.train.steps, cfg.train.eval_every = 12, 4
+    cfg.train.plot = False
     # rewards that vary within a group from the first step (a digit anywhere: ~15% of
     # random 8-token completions), so every step's update moves the policy
     cfg.rl.reward.name = "format"
     cfg.rl.reward.pattern = ".*[0-9].*"
-    cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 8
+    cfg.eval.batch_prompts = 8
     cfg.checkpoint.every = 3
     cfg.checkpoint.snapshot_every = 1  # a rollback restores the step before the failure
     if arg == "dynamic":

@@ -18,6 +18,7 @@ from rl import algorithm as algorithm_lib
 from rl import batch as batch_lib
 from rl import build, evaluation, logs, sft
 from rl.trainer import Trainer
+from tests.rl.fault_config import very_small
 
 REQUIRED = ("reward/mean", "reward/std", "frac_reward_zero_std", "accuracy",
             "response_length/mean", "clip_frac_low", "clip_frac_high", "entropy", "grad_norm",
@@ -25,18 +26,9 @@ REQUIRED = ("reward/mean", "reward/std", "frac_reward_zero_std", "accuracy",
 
 
 def small_config(variant="grpo", **overrides):
-    cfg = base.build("tiny")
-    cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
-    cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
-    cfg.data.task.name = "arithmetic"
-    cfg.data.task.digits = 1
-    cfg.data.heldout_size = 6
-    cfg.sampling.n = 4
-    cfg.sampling.max_new_tokens = 8
-    cfg.sampling.segment_len = 16
-    cfg.train.steps, cfg.train.prompts_per_step, cfg.train.eval_every = 2, 2, 1
-    cfg.optim.lr = 1e-3
-    cfg.eval.size, cfg.eval.n, cfg.eval.k, cfg.eval.batch_prompts = 6, 2, "1,2", 4
+    cfg = very_small(base.build("tiny"))
+    cfg.train.steps, cfg.train.eval_every = 2, 1
+    cfg.eval.batch_prompts = 4
     cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 3, 4, 0
     variants.apply(cfg, variant)  # after prompts_per_step: it scales the minibatches
     for key, value in overrides.items():
