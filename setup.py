@@ -12,8 +12,8 @@ from setuptools import find_packages, setup
 # One extra per optional feature (the name is what `models.extras` tells users to install).
 FEATURES = {
     "tfds": ["tensorflow-datasets>=4.9.9", "array-record>=0.5"],  # data.source=tfds; no TensorFlow
-    "parquet": ["pyarrow>=14"],                                   # data.source=parquet
-    "plots": ["matplotlib>=3.8"],                                 # progress.png (rl.logs.plot)
+    "parquet": ["pyarrow>=14"],                  # data.source=parquet, analysis tokens.parquet
+    "plots": ["matplotlib>=3.8"],                # progress.png (rl.logs.plot), analysis figures
     "sentencepiece": ["sentencepiece>=0.2"],                      # tokenizer.model tokenizers
     "tensorboard": ["tensorboard>=2.19"],                         # DIR/tensorboard event files
 }
@@ -46,8 +46,9 @@ setup(
         # The suite tests every optional feature and compares with transformers on
         # torch's CPU build: "+cpu" exists only on https://download.pytorch.org/whl/cpu,
         # so pip cannot take a CUDA build for it (the Makefile installs it from there).
+        # nbclient/nbformat/ipykernel execute notebooks/*.ipynb in the suite.
         "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0+cpu", "transformers>=5.0",
-                 *ALL],
+                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", *ALL],
         "tpu": ["jax[tpu]"],
         "cuda": ["jax[cuda13]"],
     },

@@ -294,6 +294,17 @@ def check_resume(directory: str, cfg) -> dict | None:
     return meta
 
 
+def stored_steps(directory: str) -> list[int]:
+    """The steps of the checkpoints in `directory`, ascending (none are read)."""
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
+    try:
+        return ckpts.steps()
+    finally:
+        ckpts.manager.close()
+
+
 def restore_params(directory: str, template: Any, step: int | None = None) -> tuple[int, Any]:
     """(step, params) from a checkpoint directory (the newest usable step when `step` is
     None), placed like `template` (the policy's params, or their ShapeDtypeStructs)."""

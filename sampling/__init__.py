@@ -1,4 +1,5 @@
-"""Generation engine: paged KV cache, flat group sampler, TreePO tree sampler.
+"""Generation engine: paged KV cache, flat group sampler, TreePO tree sampler,
+two-policy lockstep sampler.
 
     from sampling import generate, SamplingParams
     rollouts = generate(config, params, prompts, n=8,
@@ -9,8 +10,10 @@ Design and measurements: docs/sampling.md. Depends only on `models`.
 """
 
 from sampling.flat import generate
+from sampling.lockstep import Lockstep, MixRule, lockstep_generate
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
 from sampling.tree import TreeConfig, tree_generate
 
-__all__ = ["Rollouts", "SamplingParams", "TreeConfig", "generate", "tree_generate"]
+__all__ = ["Lockstep", "MixRule", "Rollouts", "SamplingParams", "TreeConfig", "generate",
+           "lockstep_generate", "tree_generate"]

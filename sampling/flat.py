@@ -14,6 +14,8 @@ eos ids plus `stop_token_ids`) or `max_new_tokens`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import numpy as np
 
@@ -42,13 +44,38 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     sample's own copy of its prompt (the baseline the sharing is measured
     against).
     """
+    sp = sampling_params
+    stop_ids = engine.stop_token_ids(config, sp)
+
+    def prefill(num_pages, layout, rows):
+        return engine.prefill_layout(config, params, num_pages, layout, rows)
+
+    def decode(cache, state, seg, limit, steps):
+        return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids)
+
+    rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
+                             segment_len=segment_len, share_prompts=share_prompts)
+    return rollouts
+
+
+def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,
+               prefill: Callable, decode: Callable, *, page_size: int, segment_len: int,
+               share_prompts: bool = True) -> tuple[Rollouts, dict]:
+    """The host side of `generate` for one or more models decoding side by side.
+
+    `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
+    caches from one `engine.PromptLayout` (so they share page tables); then
+    each segment calls `decode(carry, state, seg, limit, steps) -> (out,
+    hidden, carry)` (`carry`, e.g. the caches, is opaque here). Returns the
+    Rollouts and `out.extra` of the segments joined, trimmed to [R, max_new_tokens].
+    """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if page_size < 1 or segment_len < 1 or segment_len % page_size:
         raise ValueError(f"segment_len ({segment_len}) must be a positive multiple of "
                          f"page_size ({page_size})")
+    config = configs[0]
     prompts = engine.check_prompts(config, prompts)
-    sp = sampling_params
     if share_prompts:
         distinct: dict[tuple[int, ...], int] = {}
         which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
@@ -69,8 +96,9 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
 
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
     source[:r] = sample_source
-    prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
-        config, params, pool, unique, page_size, source)
+    layout = engine.layout_prompts(pool, unique, page_size, config.pad_token_id or 0)
+    hidden, carry = prefill(pool.num_pages, layout, source)
+    prompt_tables, offsets, slots = layout.tables, layout.offsets, layout.slots
 
     real = np.arange(rows) < r
     for row in range(r):
@@ -83,7 +111,6 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     offsets, positions = offsets[source], slots - offsets[source]
     done = ~real
     outputs = []
-    stop_ids = engine.stop_token_ids(config, sp)
     seg_pages = segment_len // page_size
     for seg in range(-(-sp.max_new_tokens // segment_len)):
         fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
@@ -91,9 +118,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
             fresh[row] = pool.alloc(seg_pages)
         state = engine.RowState(hidden=hidden, prefix_tables=tables, segment_tables=fresh,
                                 offsets=offsets, positions=positions, done=done)
-        out, hidden, cache = engine.decode(
-            config, params, cache, state, rng, seg,
-            np.int32(sp.max_new_tokens - seg * segment_len), sp, segment_len, stop_ids)
+        out, hidden, carry = decode(carry, state, seg,
+                                    np.int32(sp.max_new_tokens - seg * segment_len), segment_len)
         out = engine.as_numpy(out)
         outputs.append(out)
         tables = np.concatenate([tables, fresh], axis=1)
@@ -109,7 +135,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     out = engine.concat_outputs(outputs)
     finish = np.where(out.finish[:r] == engine.STOP, "stop", "length")
     width = sp.max_new_tokens
-    return Rollouts(
+    rollouts = Rollouts(
         tokens=out.tokens[:r, :width], lengths=out.num_tokens[:r],
         logprobs=out.logprobs[:r, :width], raw_logprobs=out.raw_logprobs[:r, :width],
         prompt_index=np.repeat(np.arange(len(prompts), dtype=np.int32), n),
@@ -118,4 +144,5 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
                "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
                "kv_pages": pool.num_pages,
-               "kv_bytes": cache_bytes(config, pool.num_pages, page_size)})
+               "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs)})
+    return rollouts, {k: v[:r, :width] for k, v in out.extra.items()}
