@@ -51,7 +51,7 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
         cfg = build.config_from_checkpoint(orbax, step)
         run = build.resolve(cfg, None)
         step, params = build.checkpoint_params(run, orbax, step)
-        return Policy(name or f"{os.path.basename(os.path.normpath(path))}@{step}",
+        return Policy(name or f"{_short(path)}@{step}",
                       run.model_config, params, run.tokenizer_dir, step)
     if step is not None:
         raise FileNotFoundError(f"a step was given but {path} has no checkpoints/")
@@ -61,7 +61,13 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
         raise FileNotFoundError(f"{path} has no config.json (expected a Hugging Face directory "
                                 "or a training workdir with checkpoints/ or final/)")
     config, params = models.load_pretrained(path, dtype)
-    return Policy(name or os.path.basename(os.path.normpath(path)), config, params, path)
+    return Policy(name or _short(path), config, params, path)
+
+
+def _short(path: str) -> str:
+    """A report name for a directory: its last two path components (`demo/sft`)."""
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    return "/".join(parts[-2:])
 
 
 @dataclasses.dataclass

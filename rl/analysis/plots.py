@@ -156,20 +156,27 @@ def sweep(rows: Sequence[Mapping], x: str, path: str, *, title: str = "") -> str
         lines.setdefault(key, []).append((float(row[x]), float(row["accuracy"])))
     if not lines and not references:
         raise ValueError(f"sweep: no row has both {x!r} and 'accuracy'")
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9, 5))
+    # One colour per criterion, one line style per direction (solid forward, dashed
+    # reverse), so a criterion's two directions read as a pair.
+    criteria = sorted({criterion for _, criterion in lines})
+    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(criteria)}
+    styles = {"reverse": ("s", "--")}
     for (direction, criterion), points in sorted(lines.items()):
         xs, ys = zip(*sorted(points))
         label = f"{criterion} ({direction})" if direction else criterion
-        ax.plot(xs, ys, "o-", label=label)
+        marker, style = styles.get(direction, ("o", "-"))
+        ax.plot(xs, ys, marker=marker, linestyle=style, color=colours[criterion], label=label)
     for (policy, accuracy), color in zip(references, ("tab:gray", "black", "tab:brown")):
-        ax.axhline(accuracy, color=color, linestyle="--", linewidth=1.2,
+        ax.axhline(accuracy, color=color, linestyle=":", linewidth=1.4,
                    label=f"pure {policy} ({accuracy:.3f})")
     ax.set_xlabel({"realised_fraction": "realised fraction of positions from the other model",
                    "gamma": "gamma"}.get(x, x))
     ax.set_ylabel("accuracy")
     ax.set_title(title or f"Accuracy against {x}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
     return _save(fig, path)
 
 

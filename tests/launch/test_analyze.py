@@ -89,7 +89,8 @@ def test_two_checkpoints_of_a_training_workdir(tmp_path):
     result = ok(analyze(out, f"--base={workdir}", "--base_step=6", f"--rl={workdir}"))
     assert "checkpoints of the RL run" in result.stdout
     summary = check_outputs(out)
-    assert summary["models"] == {"base": "run@6", "rl": "run@12"}
+    prefix = os.path.basename(str(tmp_path))
+    assert summary["models"] == {"base": f"{prefix}/run@6", "rl": f"{prefix}/run@12"}
     updates = summary["updates"]
     assert [(u["from_step"], u["to_step"]) for u in updates] == [(6, 9), (9, 12)]
     assert all(u["mean_abs_delta"] > 0 for u in updates)

@@ -22,7 +22,7 @@ def test_notebook_runs_and_draws(tmp_path):
     cells[0].source = "\n".join([
         cells[0].source,
         f"WORKDIR = {str(tmp_path / 'run')!r}",
-        "SFT_STEPS, RL_STEPS, PROMPTS, SAMPLES = 20, 4, 4, 2",
+        "SFT_STEPS, RL_STEPS, EVAL_SIZE, PROMPTS, SAMPLES = 20, 4, 8, 4, 2",
         "CRITERIA, BUDGETS, GAMMAS = ('delta_logp', 'js'), (0.25,), (0.0, 0.5)",
     ])
     env = dict(os.environ, JAX_PLATFORMS="cpu")
