@@ -57,11 +57,13 @@ _UPDATES = flags.DEFINE_boolean("updates", True, "With an --rl workdir of severa
 _REPORT_SAMPLES = flags.DEFINE_integer("report_samples", 12, "Samples shown in report.html.")
 
 
-def _floats(name: str, values) -> tuple[float, ...]:
+def _numbers(name: str, values, kind=float) -> tuple:
     try:
-        return tuple(float(v) for v in values)
+        return tuple(kind(v) for v in values)
     except ValueError:
-        raise ValueError(f"--{name} must be comma-separated numbers, got {','.join(values)}")
+        what = "integers" if kind is int else "numbers"
+        raise ValueError(f"--{name} must be comma-separated {what}, got "
+                         f"{','.join(values)}") from None
 
 
 def settings(cfg, max_new: int):
@@ -69,16 +71,17 @@ def settings(cfg, max_new: int):
 
     return Settings(n=_SAMPLES.value, max_new_tokens=max_new, temperature=_TEMPERATURE.value,
                     top_p=_TOP_P.value, seed=cfg.seed, criteria=tuple(_CRITERIA.value),
-                    budgets=_floats("budgets", _BUDGETS.value),
+                    budgets=_numbers("budgets", _BUDGETS.value),
                     directions=tuple(_DIRECTIONS.value),
-                    gammas=_floats("gammas", _GAMMAS.value), tau=_TAU.value,
-                    ks=tuple(int(k) for k in _floats("k", _K.value)),
+                    gammas=_numbers("gammas", _GAMMAS.value), tau=_TAU.value,
+                    ks=_numbers("k", _K.value, int),
                     page_size=cfg.sampling.page_size, report_samples=_REPORT_SAMPLES.value,
                     sweeps=_SWEEPS.value)
 
 
 def main(argv):
     del argv
+    from models import extras
     from rl import build
     from rl.analysis import study as study_lib
 
@@ -88,6 +91,10 @@ def main(argv):
         try:
             if _SAMPLES.value < 1:
                 raise ValueError(f"--samples must be >= 1, got {_SAMPLES.value}")
+            if _MAX_NEW.value is not None and _MAX_NEW.value < 1:
+                raise ValueError(f"--max_new_tokens must be >= 1, got {_MAX_NEW.value}")
+            extras.check("pyarrow", "parquet", "launch.analyze's tokens.parquet")
+            extras.check("matplotlib", "plots", "launch.analyze's figures")
             study_settings = settings(cfg, _MAX_NEW.value or 1)  # flags checked first
             study = study_lib.load(cfg, _BASE.value or "", _RL.value or "", _SFT.value,
                                    steps=(_BASE_STEP.value, _RL_STEP.value, _SFT_STEP.value),

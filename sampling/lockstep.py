@@ -167,7 +167,8 @@ def _pick(rule: MixRule, sp: SamplingParams, knobs: jax.Array, logits: tuple, ke
     token, logp, _ = processors.sample(x_main, key, sp)
     score = _score(rule.criterion, *((lp_base, lp_rl) if on_base else (lp_rl, lp_base)),
                    token, key)
-    fires = (score >= threshold) & (used < cap)
+    # threshold = +inf never fires, even for `all` (whose score is +inf).
+    fires = (score >= threshold) & (threshold < jnp.inf) & (used < cap)
     if rule.mode == "replace":
         x_alt = x_other
     else:  # at gamma = 0 exactly x_rl: (1 + 0)·x == x and x + (-0·y) == x for finite y

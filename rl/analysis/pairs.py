@@ -38,7 +38,8 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
                 dtype=None) -> Policy:
     """A policy from a Hugging Face directory, or a training workdir: its Orbax
     checkpoint (the newest usable, or `step`) when it has `checkpoints/`, else its
-    `final/` export. Raises FileNotFoundError / CheckpointError with one line."""
+    `final/` export. Its config computes in fp32 (stored weights keep their dtype
+    and are cast at use). Raises FileNotFoundError / CheckpointError with one line."""
     from rl import build
 
     import jax.numpy as jnp
@@ -51,8 +52,8 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
         cfg = build.config_from_checkpoint(orbax, step)
         run = build.resolve(cfg, None)
         step, params = build.checkpoint_params(run, orbax, step)
-        return Policy(name or f"{_short(path)}@{step}",
-                      run.model_config, params, run.tokenizer_dir, step)
+        return Policy(name or f"{_short(path)}@{step}", _fp32(run.model_config), params,
+                      run.tokenizer_dir, step)
     if step is not None:
         raise FileNotFoundError(f"a step was given but {path} has no checkpoints/")
     if os.path.isdir(os.path.join(path, "final")):
@@ -61,7 +62,13 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
         raise FileNotFoundError(f"{path} has no config.json (expected a Hugging Face directory "
                                 "or a training workdir with checkpoints/ or final/)")
     config, params = models.load_pretrained(path, dtype)
-    return Policy(name or _short(path), config, params, path)
+    return Policy(name or _short(path), _fp32(config), params, path)
+
+
+def _fp32(config: ModelConfig) -> ModelConfig:
+    """The architecture computing in fp32 whatever its run used: two models compared
+    in different precisions would show rounding noise as Δlog p and JS."""
+    return config.replace(dtype="float32")
 
 
 def _short(path: str) -> str:

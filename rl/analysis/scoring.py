@@ -116,9 +116,19 @@ def _merge_topk(vals, idx, new_vals, new_idx, k):
     return v, jnp.take_along_axis(i, pos, axis=-1)
 
 
-def _chunked_stats(ha, hb, wa, wb, targets, k, vocab_chunk):
-    """The statistics of `_dense_stats` from hidden states ha, hb [N, D] and output
-    heads wa, wb [D, V], never forming more than vocab_chunk logits per row.
+def head_slices(w: jax.Array, vocab_chunk: int) -> jax.Array:
+    """An output head [D, V] as [C, D, vocab_chunk] slices (zero-padded; the padded
+    columns are masked to -inf where used). Built once per `score_pair` call."""
+    v = w.shape[1]
+    chunks = -(-v // vocab_chunk)
+    w = jnp.pad(w, ((0, 0), (0, chunks * vocab_chunk - v)))
+    return w.reshape(w.shape[0], chunks, vocab_chunk).transpose(1, 0, 2)
+
+
+def _chunked_stats(ha, hb, wa, wb, wa_s, wb_s, targets, k):
+    """The statistics of `_dense_stats` from hidden states ha, hb [N, D], output
+    heads wa, wb [D, V] and their `head_slices` wa_s, wb_s [C, D, Vc], never
+    forming more than Vc logits per row.
 
     Pass 1 scans the vocabulary slices for each model's logsumexp (online, with
     a running max) and running top-k; pass 2 sums the entropy, KL, JS and rank
@@ -126,14 +136,7 @@ def _chunked_stats(ha, hb, wa, wb, targets, k, vocab_chunk):
     """
     n = ha.shape[0]
     v = wa.shape[1]
-    chunks = -(-v // vocab_chunk)
-    pad = chunks * vocab_chunk - v
-
-    def slices(w):
-        w = jnp.pad(w, ((0, 0), (0, pad)))
-        return w.reshape(w.shape[0], chunks, vocab_chunk).transpose(1, 0, 2)  # [C, D, Vc]
-
-    wa_s, wb_s = slices(wa), slices(wb)
+    chunks, _, vocab_chunk = wa_s.shape
     offsets = jnp.arange(chunks, dtype=jnp.int32) * vocab_chunk
     neg = jnp.float32(-jnp.inf)
 
@@ -197,14 +200,14 @@ def _chunked_stats(ha, hb, wa, wb, targets, k, vocab_chunk):
     }
 
 
-def _block_stats(config_a, config_b, head_a, head_b, ha, hb, targets, options):
+def _block_stats(config_a, head_a, head_b, slices, ha, hb, targets, options):
     """Statistics of one block of positions: hidden states [N, D] -> dict of [N]."""
     k = min(options.top_k, config_a.vocab_size)
-    if config_a.vocab_size <= options.vocab_chunk:
+    if slices is None:
         xa = jnp.dot(ha, head_a, preferred_element_type=jnp.float32)
         xb = jnp.dot(hb, head_b, preferred_element_type=jnp.float32)
         return _dense_stats(xa, xb, targets, k)
-    return _chunked_stats(ha, hb, head_a, head_b, targets, k, options.vocab_chunk)
+    return _chunked_stats(ha, hb, head_a, head_b, *slices, targets, k)
 
 
 @functools.partial(jax.jit, static_argnames=("config_a", "config_b", "options"))
@@ -233,8 +236,12 @@ def score_pair(config_a: ModelConfig, params_a: dict, config_b: ModelConfig, par
 
     targets = jnp.pad(tokens[:, 1:].reshape(n), (0, pad)).reshape(blocks, size)
     head_a, head_b = output_head(config_a, params_a), output_head(config_b, params_b)
+    slices = None
+    if config_a.vocab_size > options.vocab_chunk:  # sliced once, outside the loop
+        slices = (head_slices(head_a, options.vocab_chunk),
+                  head_slices(head_b, options.vocab_chunk))
     stats = jax.lax.map(
-        lambda xs: _block_stats(config_a, config_b, head_a, head_b, *xs, options),
+        lambda xs: _block_stats(config_a, head_a, head_b, slices, *xs, options),
         (flat(h_a), flat(h_b), targets))
     out = {}
     for name, value in stats.items():

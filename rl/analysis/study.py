@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from rl.analysis import summary as summary_lib
 from rl.analysis.pairs import Policy, Scored, score_rows
 from rl.analysis.scoring import FIELDS, ScoreOptions
 from rl.analysis.sweeps import Judge
+from sampling.lockstep import MixRule
 
 CRITERIA = ("delta_logp", "js", "entropy", "kl", "reverse_kl", "random")
 
@@ -64,6 +66,13 @@ class Settings:
             raise ValueError(f"unknown directions {bad} (choose from forward, reverse)")
         if self.n < 1 or any(not 1 <= k <= self.n for k in self.ks):
             raise ValueError(f"need n >= 1 and every k in [1, n={self.n}], got {list(self.ks)}")
+        _ = self.sampling_params  # SamplingParams checks temperature, top_p and the length
+        for gamma in self.gammas:  # MixRule checks each value as the sweeps will use it
+            MixRule(mode="extrapolate", gamma=gamma)
+        if not math.isfinite(self.tau):
+            raise ValueError(f"tau must be a finite number, got {self.tau}")
+        if self.page_size < 1 or self.report_samples < 0 or self.top_k < 1:
+            raise ValueError("page_size and top_k must be >= 1 and report_samples >= 0")
 
     @property
     def sampling_params(self) -> sampling.SamplingParams:
@@ -80,7 +89,7 @@ class Study:
     references: list[Any]
     judge: Judge
     tokenizer: Any
-    checkpoints: list[Policy] = dataclasses.field(default_factory=list)  # an RL run's, in order
+    updates_dir: str | None = None  # an RL workdir whose consecutive checkpoints to compare
     completion_len: int = 64  # the config's completion length (the default max_new_tokens)
 
 
@@ -90,13 +99,14 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
     """The study of `cfg`'s data: prompts (its held-out split, else the training
     split), references and verifier, and the models at the paths `base`, `rl` and
     `sft` (HF directories or training workdirs; `steps` their checkpoint steps).
-    With `updates`, an RL workdir's checkpoints are loaded too. The tokenizer is
+    With `updates`, an RL workdir's consecutive checkpoints are compared too
+    (`run_study` loads them two at a time). The tokenizer is
     the RL model's. Raises one of `rl.build.ERRORS` with a one-line message."""
     import models
-    from rl import build, checkpoint
+    from rl import build
     from rl import rewards as rewards_lib
     from rl.analysis.pairs import check_pair, load_policy
-    from rl.analysis.updates import checkpoint_policies
+    from rl.analysis.updates import checkpoint_steps
 
     for name, path in (("base", base), ("rl", rl), ("sft", sft)):
         if (path or name != "sft") and not os.path.isdir(path or ""):
@@ -122,9 +132,7 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
     def verify(texts, refs):
         return rewards_lib.score(alg.reward, texts, refs, **alg.reward_options)
 
-    runs = build.checkpoint_dir(rl) if updates else None
-    history = (checkpoint_policies(rl) if runs and len(checkpoint.stored_steps(runs)) >= 2
-               else [])
+    history = rl if updates and len(checkpoint_steps(rl)) >= 2 else None
     return Study(*policies, ids, [ex.reference for ex in examples],
                  Judge(tokenizer.decode, verify), tokenizer, history, run.completion_len)
 
@@ -225,6 +233,18 @@ def run_sweeps(study: Study, settings: Settings, progress: Callable[[str], None]
     return rows
 
 
+def finite(value):
+    """`value` with every non-finite float replaced by None (summary.json is strict
+    JSON: a budget of 1 calibrates to the threshold -inf)."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
 def run_study(study: Study, settings: Settings, out_dir: str,
               progress: Callable[[str], None] = print) -> dict[str, str]:
     """Runs every step (see the module doc) and writes the outputs; returns their paths."""
@@ -265,17 +285,18 @@ def run_study(study: Study, settings: Settings, out_dir: str,
                       or r["criterion"] == "pure"]
         figures["gamma"] = plots.sweep(gamma_rows, "gamma", path("gamma.png"),
                                        title="extrapolation: accuracy vs γ")
-    if len(study.checkpoints) >= 2:
-        from rl.analysis.updates import update_stats
+    if study.updates_dir:
+        from rl.analysis.updates import checkpoint_updates
 
-        progress(f"Δlog p across {len(study.checkpoints)} checkpoints of the RL run")
+        progress(f"Δlog p between consecutive checkpoints of the RL run {study.updates_dir}")
         rows = [study.prompts[int(i)] for i in ro.prompt_index]
-        doc["updates"] = update_stats(study.checkpoints, rows,
-                                      [ro.completion(r) for r in range(len(ro))],
-                                      options=ScoreOptions(top_k=settings.top_k))
+        doc["updates"] = checkpoint_updates(study.updates_dir, rows,
+                                            [ro.completion(r) for r in range(len(ro))],
+                                            options=ScoreOptions(top_k=settings.top_k),
+                                            progress=progress)
         figures["updates"] = plots.updates(doc["updates"], path("updates.png"))
     with open(out["summary"], "w") as f:
-        json.dump(doc, f, indent=2)
+        json.dump(finite(doc), f, indent=2, allow_nan=False)
     out.update(figures)
     out["report"] = report.write(
         path("report.html"), title=f"{study.rl.name} vs {study.base.name}",

@@ -73,7 +73,9 @@ def _run(base: Policy, rl: Policy, prompts, rule: MixRule, n, sp, rng, page_size
 
 
 def calibrate(scores: np.ndarray, budget: float) -> float:
-    """The threshold at which a share `budget` of `scores` fire (score >= threshold)."""
+    """The threshold at which a share `budget` of `scores` fire (score >= threshold):
+    the (1 − budget) quantile rounded up to a score, so at most `budget` fire unless
+    the cut falls inside a tie, which fires whole. inf for budget 0, -inf for 1."""
     scores = np.asarray(scores, np.float64)
     if budget <= 0 or not scores.size:
         return float("inf")

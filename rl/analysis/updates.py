@@ -1,15 +1,17 @@
 """What each stretch of an RL run changed: Δlog p between consecutive checkpoints.
 
-    rows = update_stats("runs/demo", prompts, completions)
+    rows = checkpoint_updates("runs/demo", prompts, completions)
 
 Every pair of consecutive Orbax checkpoints (steps s < s') of a training
 workdir scores the same rows teacher-forced (a = step s, b = step s'), and
 each row of the result summarises that update: mean and largest |Δlog p|,
 the share of completion positions whose |Δlog p| or JS exceeds thresholds,
-and the mean KL(π_s‖π_s').
+and the mean KL(π_s‖π_s'). Two checkpoints are in memory at a time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,44 +19,60 @@ from rl.analysis.pairs import Policy, score_rows
 from rl.analysis.scoring import ScoreOptions
 
 
-def checkpoint_policies(workdir: str, steps=None) -> list[Policy]:
-    """The workdir's checkpoints as policies, oldest first (`steps` picks some)."""
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of a workdir's Orbax checkpoints, ascending ([] when it has none)."""
     from rl import build, checkpoint
 
     directory = build.checkpoint_dir(workdir)
-    if directory is None:
-        raise FileNotFoundError(f"{workdir} has no Orbax checkpoints (checkpoints/)")
-    stored = checkpoint.stored_steps(directory)
-    chosen = stored if steps is None else [int(s) for s in steps]
-    missing = sorted(set(chosen) - set(stored))
-    if missing:
-        raise FileNotFoundError(f"no checkpoint of step(s) {missing} in {directory} (steps: "
-                                f"{', '.join(map(str, stored))})")
-    if len(chosen) < 2:
-        raise ValueError(f"need at least two checkpoints in {directory} to compare, found "
-                         f"{len(chosen)}")
-    run = build.resolve(build.config_from_checkpoint(directory, chosen[0]), None)
-    policies = []
-    for step in sorted(chosen):
+    return checkpoint.stored_steps(directory) if directory else []
+
+
+def _loader(workdir: str) -> Callable[[int], Policy]:
+    from rl import build
+
+    from rl.analysis.pairs import _fp32, _short
+
+    directory = build.checkpoint_dir(workdir)
+    run = build.resolve(build.config_from_checkpoint(directory), None)
+
+    def load(step: int) -> Policy:
         _, params = build.checkpoint_params(run, directory, step)
-        policies.append(Policy(f"step {step}", run.model_config, params, run.tokenizer_dir, step))
-    return policies
+        return Policy(f"{_short(workdir)}@{step}", _fp32(run.model_config), params,
+                      run.tokenizer_dir, step)
+
+    return load
 
 
-def update_stats(policies: list[Policy], prompts, completions, *,
-                 options: ScoreOptions = ScoreOptions()) -> list[dict]:
-    """One summary per consecutive pair of `policies` on the same rows."""
-    rows = []
-    for before, after in zip(policies, policies[1:]):
-        scored = score_rows(before, after, prompts, completions, options=options)
-        mask = scored.mask
-        delta = np.abs(scored.stats["delta_logp"][mask])
-        js = scored.stats["js"][mask]
-        rows.append({
-            "from": before.name, "to": after.name, "from_step": before.step,
+def summarize_update(before: Policy, after: Policy, prompts, completions, *,
+                     options: ScoreOptions = ScoreOptions()) -> dict:
+    """One update's statistics on the same rows (see the module doc)."""
+    scored = score_rows(before, after, prompts, completions, options=options)
+    mask = scored.mask
+    delta = np.abs(scored.stats["delta_logp"][mask])
+    js = scored.stats["js"][mask]
+    return {"from": before.name, "to": after.name, "from_step": before.step,
             "to_step": after.step, "positions": int(delta.size),
             "mean_abs_delta": float(delta.mean()), "max_abs_delta": float(delta.max()),
             "frac_abs_delta_above_0.1": float(np.mean(delta > 0.1)),
             "frac_js_above_0.01": float(np.mean(js > 0.01)),
-            "mean_kl": float(scored.stats["kl_ab"][mask].mean())})
+            "mean_kl": float(scored.stats["kl_ab"][mask].mean())}
+
+
+def checkpoint_updates(workdir: str, prompts, completions, *,
+                       options: ScoreOptions = ScoreOptions(),
+                       progress: Callable[[str], None] | None = None) -> list[dict]:
+    """`summarize_update` for every consecutive pair of the workdir's checkpoints."""
+    steps = checkpoint_steps(workdir)
+    if len(steps) < 2:
+        raise ValueError(f"need at least two checkpoints in {workdir} to compare, found "
+                         f"{len(steps)}")
+    load = _loader(workdir)
+    rows, before = [], load(steps[0])
+    for step in steps[1:]:
+        after = load(step)
+        rows.append(summarize_update(before, after, prompts, completions, options=options))
+        if progress:
+            progress(f"steps {before.step} -> {step}: mean |Δlog p| "
+                     f"{rows[-1]['mean_abs_delta']:.4f}")
+        before = after
     return rows

@@ -25,8 +25,14 @@ def test_notebook_runs_and_draws(tmp_path):
         "SFT_STEPS, RL_STEPS, EVAL_SIZE, PROMPTS, SAMPLES = 20, 4, 8, 4, 2",
         "CRITERIA, BUDGETS, GAMMAS = ('delta_logp', 'js'), (0.25,), (0.0, 0.5)",
     ])
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+    # A kernel of this interpreter (where the project is installed), found first: a
+    # "python3" kernelspec elsewhere on the machine may be another Python.
+    from ipykernel.kernelspec import install
+
+    install(prefix=str(tmp_path / "jupyter"), kernel_name="rlvr-jax-test")
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               JUPYTER_PATH=str(tmp_path / "jupyter" / "share" / "jupyter"))
+    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="rlvr-jax-test",
                                      resources={"metadata": {"path": str(tmp_path)}})
     old = dict(os.environ)
     os.environ.update(env)

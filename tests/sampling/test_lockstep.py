@@ -96,7 +96,7 @@ def test_delta_logp_score_and_firing():
     assert kept.any() and fired.any()
     # where nothing fired the token is the base's candidate: score = logp_base - logp_rl
     np.testing.assert_array_equal(out.score[kept], out.logp_base[kept] - out.logp_rl[kept])
-    assert np.all(out.score[kept] < rule.threshold) and np.all(out.score[fired] >= 0.0)
+    assert np.all(out.score[kept] < rule.threshold)
     assert out.stats["replaced_tokens"] == fired.sum()
     assert out.stats["replaced_fraction"] == fired.sum() / mask.sum()
     # temperature 1, no filters: the sampling log-prob is that of the model drawn from
@@ -172,3 +172,32 @@ def test_mismatched_vocab_sizes_are_refused():
     small = CONFIG.replace(vocab_size=256)
     with pytest.raises(ValueError, match="vocab sizes differ: 512 != 256"):
         lockstep_generate(CONFIG, PARAMS["base"], small, None, PROMPTS, N, SP, MixRule(), RNG)
+
+
+def test_delta_logp_replacement_is_an_independent_draw():
+    """A delta_logp rule that always fires takes every token from the RL model, but
+    with its own key (fold_in(key, 1)): the firing depends on the base's draw, so
+    reusing that draw's uniform would bias the replacement. Its tokens are then not
+    the pure RL samples of the same seed (those of the `all` criterion are)."""
+    out = lockstep(MixRule(criterion="delta_logp", threshold=float("-inf")))
+    assert out.replaced[generated(out.rollouts)].all()
+    assert not np.array_equal(out.rollouts.tokens, pure("rl").tokens)
+    close(out.rollouts.logprobs[generated(out.rollouts)],
+          out.logp_rl[generated(out.rollouts)])
+
+
+def test_infinite_threshold_never_fires():
+    out = lockstep(MixRule(criterion="all", threshold=float("inf")))
+    assert not out.replaced.any()
+    assert_same_samples(out.rollouts, pure("base"))
+
+
+def test_thresholds_budgets_and_gammas_share_one_program():
+    from sampling import engine
+
+    lockstep(MixRule(mode="extrapolate", criterion="js", threshold=0.1, gamma=0.1))
+    before = engine.TRACE_COUNTS["lockstep_decode"]
+    for threshold, budget, gamma in ((0.0, 1.0, 0.0), (0.3, 0.5, 0.5), (float("inf"), 0.0, 1.0)):
+        lockstep(MixRule(mode="extrapolate", criterion="js", threshold=threshold,
+                         budget=budget, gamma=gamma))
+    assert engine.TRACE_COUNTS["lockstep_decode"] == before
