@@ -1,6 +1,6 @@
 """notebooks/delta_logp.ipynb executes end to end (nbclient) and leaves its figures in its
-outputs. The parameters cell is swapped for a few-minute version: a 20-step warm start and
-4 RL steps in a temporary directory, 4 prompts × 2 samples, two criteria at one budget."""
+outputs. The parameters cell is swapped for a quick version: an 8-step warm start and
+2 RL steps in a temporary directory, 4 prompts × 2 samples, two criteria at one budget."""
 
 import base64
 import os
@@ -22,7 +22,7 @@ def test_notebook_runs_and_draws(tmp_path):
     cells[0].source = "\n".join([
         cells[0].source,
         f"WORKDIR = {str(tmp_path / 'run')!r}",
-        "SFT_STEPS, RL_STEPS, EVAL_SIZE, PROMPTS, SAMPLES = 20, 4, 8, 4, 2",
+        "SFT_STEPS, RL_STEPS, EVAL_SIZE, PROMPTS, SAMPLES = 8, 2, 4, 4, 2",
         "CRITERIA, BUDGETS, GAMMAS = ('delta_logp', 'js'), (0.25,), (0.0, 0.5)",
     ])
     # A kernel of this interpreter (where the project is installed), found first: a
