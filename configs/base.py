@@ -35,8 +35,15 @@ rl:             the algorithm (docs/algorithms.md has every name and option).
                    kl.in_reward puts it in the reward instead of the loss.
   reweight.name    "" or a token reweighter (fipo, logp_reweight,
                    divergence_weighted, delta_logp_mask) and its options.
-  reward.name      verifier (rl.rewards.names()) and its options; "" uses
-                   the procedural task's verifier (file/TFDS data must name one).
+  reward.name      verifier (rl.rewards.names()), or several with weights
+                   ("math:1.0,format:0.1"); "" uses the procedural task's
+                   verifier (file/TFDS data must name one). The verifiers'
+                   options (require_all, format_score, pattern, max_chars,
+                   answer_formats, search, fallback) go to the one that has it.
+  reward.correct   the verifier whose score >= 1 is "correct" (accuracy,
+                   pass@k, dynamic sampling); "" = the only one named.
+  reward.workers   verifier processes scoring in parallel (0 = the trainer's
+                   process); reward.timeout_s: hard limit per completion.
 data:           where prompts come from (rl/data).
   source           task | jsonl | parquet | tfds.
   task, task.<option>  procedural task (rl.data.tasks: countdown, arithmetic)
@@ -196,9 +203,12 @@ def rl_section() -> ml_collections.ConfigDict:
     rl.reweight = _options(c=float, form=str, gamma=float, clip_low=float, clip_high=float,
                            high_only=bool, neg_ratio_cap=float, alpha=float, fraction=float)
     rl.reweight.name = ""
-    rl.reward = _options(require_all=bool, format_score=float, timeout_s=float,
-                         use_sympy=bool, pattern=str, max_chars=int)
+    rl.reward = _options(require_all=bool, format_score=float, pattern=str, max_chars=int,
+                         answer_formats=str, search=str, fallback=bool)
     rl.reward.name = ""  # "" = the procedural task's own verifier
+    rl.reward.correct = ""  # "" = the only verifier named
+    rl.reward.workers = 2
+    rl.reward.timeout_s = 5.0
     return rl
 
 

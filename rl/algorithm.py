@@ -18,6 +18,8 @@ from rl.registry import RegistryError, check_kwargs
 
 # compute()-level keys of the loss section (the rest go to the loss itself)
 LOSS_COMMON = ("agg", "norm_length", "tis_cap", "tis_mode", "entropy_coef")
+# RewardSpec-level keys of the reward section (the rest are the verifiers' options)
+REWARD_COMMON = ("name", "correct", "workers", "timeout_s")
 
 
 def set_options(section: Any, exclude: tuple[str, ...] = ("name",)) -> dict[str, Any]:
@@ -37,8 +39,7 @@ class Algorithm:
     kl_in_reward: bool
     reweight: str | None
     reweight_options: Mapping[str, Any]
-    reward: str
-    reward_options: Mapping[str, Any]
+    reward: rewards.RewardSpec
 
 
 def from_config(section: Any) -> Algorithm:
@@ -66,15 +67,14 @@ def from_config(section: Any) -> Algorithm:
     else:
         check_kwargs("advantage reweighter", rw_name, reweighting.REWEIGHTERS.get(rw_name), rw)
 
-    reward_name = section["reward"]["name"]
-    if not reward_name:
-        raise ValueError("rl.reward.name is empty: name a verifier "
-                         f"({', '.join(rewards.names())})")
-    reward = set_options(section["reward"])
-    check_kwargs("verifier", reward_name, rewards.get(reward_name), reward)
+    section_reward = section["reward"]
+    reward = rewards.RewardSpec.build(
+        section_reward["name"], set_options(section_reward, REWARD_COMMON),
+        correct=section_reward["correct"], workers=section_reward["workers"],
+        timeout_s=section_reward["timeout_s"])
 
     return Algorithm(
         advantage=name, advantage_options=adv, loss=loss_name, loss_options=loss,
         kl_kind=kl_section["kind"], kl_coef=float(kl_section["coef"]),
         kl_clamp=kl_section["clamp"], kl_in_reward=bool(kl_section["in_reward"]),
-        reweight=rw_name, reweight_options=rw, reward=reward_name, reward_options=reward)
+        reweight=rw_name, reweight_options=rw, reward=reward)

@@ -2,12 +2,14 @@
 
     metrics = evaluate(run, params, rng)   # {"heldout/accuracy": ..., "heldout/pass@4": ...}
 
-A completion is correct when its verifier score is >= 1 (verifiers give 1.0
-for a correct answer and at most `format_score` otherwise). `accuracy` is
+A completion is correct when the score of the run's correctness verifier
+(`rl.reward.correct`) is >= 1 (verifiers give 1.0 for a correct answer and at
+most `format_score` otherwise). `accuracy` is
 greedy decoding (temperature 0), the number a reader compares across
 checkpoints; `pass@k` uses `eval.n` samples per prompt at `eval.temperature`
 and the unbiased estimator of Chen et al. (2021),
-1 - C(n-c, k) / C(n, k) averaged over prompts.
+1 - C(n-c, k) / C(n, k) averaged over prompts. A chunk's completions are
+scored by the reward's worker pool while the next chunk is generated.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sampling
 from rl import rewards as rewards_lib
 from rl.build import Run
 
-CORRECT = 1.0 - 1e-6
+CORRECT = rewards_lib.CORRECT
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -36,11 +38,13 @@ def completion_texts(tokenizer, rollouts) -> list[str]:
     return [tokenizer.decode(rollouts.completion(r)) for r in range(len(rollouts))]
 
 
-def score_rollouts(run: Run, rollouts, references: Sequence) -> np.ndarray:
-    """[R] verifier scores of each rollout row against its prompt's reference."""
+def submit_rollouts(run: Run, rollouts, references: Sequence
+                    ) -> rewards_lib.spec.PendingRewards:
+    """Starts scoring each rollout row against its prompt's reference (`.result()`:
+    `rl.rewards.Rewards` over the R rows)."""
     texts = completion_texts(run.tokenizer, rollouts)
     refs = [references[int(i)] for i in rollouts.prompt_index]
-    return rewards_lib.score(run.algorithm.reward, texts, refs, **run.algorithm.reward_options)
+    return run.algorithm.reward.submit(texts, refs)
 
 
 def _generate(run: Run, params, prompts, n, sp, rng):
@@ -62,24 +66,30 @@ def evaluate(run: Run, params, rng: jax.Array, *, size: int | None = None) -> di
     max_new = run.completion_len
     greedy = sampling.SamplingParams(temperature=0.0, max_new_tokens=max_new)
     sampled = sampling.SamplingParams(temperature=ev.temperature, max_new_tokens=max_new)
-    correct, passes, lengths, sample_scores = [], {k: [] for k in run.eval_ks}, [], []
+    lengths, pending = [], []  # (kind, PendingRewards), scored while the next chunk runs
     for start in range(0, size, ev.batch_prompts):
         chunk = slice(start, start + ev.batch_prompts)
         rng, k_greedy, k_sampled = jax.random.split(rng, 3)
         out = _generate(run, params, prompts[chunk], 1, greedy, k_greedy)
-        scores = score_rollouts(run, out, refs[chunk])
-        correct.extend(scores >= CORRECT)
+        pending.append(("greedy", submit_rollouts(run, out, refs[chunk])))
         lengths.extend(out.lengths.tolist())
         if ev.n and ev.temperature > 0:
             out = _generate(run, params, prompts[chunk], ev.n, sampled, k_sampled)
-            scores = score_rollouts(run, out, refs[chunk]).reshape(-1, ev.n)
-            sample_scores.append(scores)
-            for row in scores:
-                c = int(np.sum(row >= CORRECT))
-                for k in run.eval_ks:
-                    passes[k].append(pass_at_k(ev.n, c, k))
+            pending.append(("sampled", submit_rollouts(run, out, refs[chunk])))
+    correct, passes, sample_scores, timeouts = [], {k: [] for k in run.eval_ks}, [], 0
+    for kind, job in pending:
+        result = job.result()
+        timeouts += result.timeouts
+        if kind == "greedy":
+            correct.extend(result.correct)
+            continue
+        sample_scores.append(result.total)
+        for row in result.correct.reshape(-1, ev.n):
+            for k in run.eval_ks:
+                passes[k].append(pass_at_k(ev.n, int(row.sum()), k))
     metrics = {"heldout/accuracy": float(np.mean(correct)),
-               "heldout/response_length": float(np.mean(lengths))}
+               "heldout/response_length": float(np.mean(lengths)),
+               "heldout/reward_timeouts": timeouts}
     if sample_scores:
         metrics["heldout/sample_reward"] = float(np.mean(np.concatenate(sample_scores)))
         metrics.update({f"heldout/pass@{k}": float(np.mean(v)) for k, v in passes.items()})

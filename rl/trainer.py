@@ -36,6 +36,7 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -65,13 +66,20 @@ class Groups:
     completions: list[list[int]] = dataclasses.field(default_factory=list)
     logp: list[np.ndarray] = dataclasses.field(default_factory=list)
     rewards: list[float] = dataclasses.field(default_factory=list)
+    correct: list[bool] = dataclasses.field(default_factory=list)
     group_ids: list[int] = dataclasses.field(default_factory=list)
     paths: list[np.ndarray] = dataclasses.field(default_factory=list)
     truncated: list[bool] = dataclasses.field(default_factory=list)
+    rows: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (round, row)
 
     @property
     def num_groups(self) -> int:
         return len(self.prompts)
+
+
+def _all_alike(correct: np.ndarray) -> bool:
+    """True if a group's samples are all correct or all wrong (dynamic sampling drops it)."""
+    return bool(correct.all() or not correct.any())
 
 
 def optimizer_for(cfg) -> Any:
@@ -153,51 +161,81 @@ class Trainer:
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len)
 
-    def collect(self) -> tuple[Groups, dict[str, float]]:
-        """Samples and scores prompts; applies the dynamic-sampling filter."""
-        cfg, run = self.cfg, self.run_
+    def collect(self) -> tuple[Groups, dict[str, float], Callable[[], None]]:
+        """Samples and submits prompts for scoring; applies the dynamic-sampling filter.
+
+        Returns (groups, stats, finish). Without dynamic sampling the rewards are
+        still being scored by the reward workers: `finish()` waits for them and fills
+        `groups.rewards`/`groups.correct` and the reward stats, so the caller can
+        dispatch device work first. With dynamic sampling (which needs the rewards to
+        filter) every round is scored before the next, and `finish` does nothing."""
+        cfg = self.cfg
         want = cfg.train.prompts_per_step
-        rounds = cfg.train.dynamic_max_rounds if cfg.train.dynamic_sampling else 1
-        kept, sampled_groups, zero_std, all_rewards, gen_tokens = Groups(), 0, 0, [], 0
-        longest = 0
-        next_gid = 0
+        dynamic = cfg.train.dynamic_sampling
+        rounds = cfg.train.dynamic_max_rounds if dynamic else 1
+        kept, sampled = Groups(), []
         for _ in range(rounds):
             examples = next(self.data)
-            prompts = [run.encode_prompt(ex.prompt) for ex in examples]
+            prompts = [self.run_.encode_prompt(ex.prompt) for ex in examples]
             self.rng, key = jax.random.split(self.rng)
             rollouts = self._sample(prompts, key)
-            rewards = evaluation.score_rollouts(run, rollouts, [ex.reference for ex in examples])
-            all_rewards.append(rewards)
-            gen_tokens += int(rollouts.lengths.sum())
-            longest = max(longest, int(rollouts.lengths.max()))
+            pending = evaluation.submit_rollouts(self.run_, rollouts,
+                                                 [ex.reference for ex in examples])
+            scored = pending.result() if dynamic else None
+            sampled.append((rollouts, pending))
             for p in range(len(examples)):
                 rows = np.flatnonzero(rollouts.prompt_index == p)
-                sampled_groups += 1
-                flat = np.ptp(rewards[rows]) == 0
-                zero_std += int(flat)
-                if (flat and cfg.train.dynamic_sampling) or kept.num_groups >= want:
+                if scored is not None and _all_alike(scored.correct[rows]):
+                    continue  # dynamic sampling: nothing to learn from this group
+                if kept.num_groups >= want:
                     continue
-                kept.prompts.append(prompts[p])
-                for r in rows:
-                    kept.completions.append(rollouts.completion(r))
-                    kept.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
-                    kept.rewards.append(float(rewards[r]))
-                    kept.group_ids.append(next_gid)
-                    kept.truncated.append(rollouts.finish_reason[r] == "length")
-                    if rollouts.paths is not None:
-                        kept.paths.append(rollouts.paths[r])
-                next_gid += 1
+                self._keep(kept, prompts[p], rollouts, rows, len(sampled) - 1)
             if kept.num_groups >= want:
                 break
-        rewards = np.concatenate(all_rewards)
-        stats = {"frac_reward_zero_std": zero_std / sampled_groups,
-                 "dynamic/rounds": len(all_rewards), "dynamic/kept_groups": kept.num_groups,
-                 "sampled/reward_mean": float(rewards.mean()),
-                 "sampled/accuracy": float(np.mean(rewards >= evaluation.CORRECT)),
-                 "sampled/all_zero": int(not np.any(rewards)),
-                 "sampled/response_length_max": longest,
-                 "generated_tokens": gen_tokens}
-        return kept, stats
+        stats: dict[str, float] = {}
+        return kept, stats, lambda: self._finish_rewards(kept, sampled, stats)
+
+    def _keep(self, kept: Groups, prompt: list[int], rollouts, rows, round_: int) -> None:
+        gid = kept.num_groups
+        kept.prompts.append(prompt)
+        for r in rows:
+            kept.completions.append(rollouts.completion(r))
+            kept.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
+            kept.group_ids.append(gid)
+            kept.truncated.append(rollouts.finish_reason[r] == "length")
+            kept.rows.append((round_, int(r)))
+            if rollouts.paths is not None:
+                kept.paths.append(rollouts.paths[r])
+
+    @staticmethod
+    def _finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
+        """Waits for every round's rewards; fills the kept rows' and the stats."""
+        results = [pending.result() for _, pending in sampled]
+        kept.rewards = [float(results[k].total[r]) for k, r in kept.rows]
+        kept.correct = [bool(results[k].correct[r]) for k, r in kept.rows]
+        total = np.concatenate([res.total for res in results])
+        correct = np.concatenate([res.correct for res in results])
+        groups = zero_std = gen_tokens = longest = 0
+        for (rollouts, _), res in zip(sampled, results, strict=True):
+            gen_tokens += int(rollouts.lengths.sum())
+            longest = max(longest, int(rollouts.lengths.max()))
+            for p in range(int(rollouts.prompt_index.max()) + 1):
+                rows = np.flatnonzero(rollouts.prompt_index == p)
+                groups += 1
+                zero_std += int(np.ptp(res.total[rows]) == 0)
+        names = results[0].parts.keys()
+        stats.update({
+            "frac_reward_zero_std": zero_std / groups,
+            "dynamic/rounds": len(results), "dynamic/kept_groups": kept.num_groups,
+            "sampled/reward_mean": float(total.mean()),
+            "sampled/accuracy": float(correct.mean()),
+            "sampled/all_zero": int(not np.any(total)),
+            "sampled/response_length_max": longest,
+            "generated_tokens": gen_tokens,
+            "reward/timeouts": sum(res.timeouts for res in results),
+            "reward/crashes": sum(res.crashes for res in results)})
+        stats.update({f"reward/{name}": float(np.concatenate(
+            [res.parts[name] for res in results]).mean()) for name in names})
 
     # -- advantages ---------------------------------------------------------------------------
     def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):
@@ -278,9 +316,10 @@ class Trainer:
         """One RL step (`step` numbers it for the warnings and `config.fault`)."""
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
-        groups, stats = self.collect()
+        groups, stats, finish_rewards = self.collect()
         self.faults.after_rollout(step)
         if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
+            finish_rewards()
             elapsed = time.perf_counter() - t0
             metrics = stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
                                "time/step": elapsed}
@@ -292,12 +331,17 @@ class Trainer:
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())
-        if cfg.train.old_logp == "recompute":
-            old_logp = np.asarray(self.learner.score(self.state.params, sequences)[0])
-        else:
-            old_logp = seqs.sampler_logp
-        ref_logp = (np.asarray(self.learner.score(self.ref_params, sequences)[0])
-                    if self.ref_params is not None else np.zeros_like(old_logp))  # unread then
+        # dispatched first (asynchronously), so the device scores while the reward
+        # workers finish; np.asarray below waits for the device
+        old_logp = (self.learner.score(self.state.params, sequences)[0]
+                    if cfg.train.old_logp == "recompute" else seqs.sampler_logp)
+        ref_logp = (self.learner.score(self.ref_params, sequences)[0]
+                    if self.ref_params is not None else None)
+        t_wait = time.perf_counter()
+        finish_rewards()
+        t_rewards = time.perf_counter()
+        old_logp = np.asarray(old_logp)
+        ref_logp = np.zeros_like(old_logp) if ref_logp is None else np.asarray(ref_logp)
         t2 = time.perf_counter()
         adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
         if self.faults.poison(step):
@@ -314,6 +358,7 @@ class Trainer:
 
         n = len(groups.rewards)
         rewards = np.asarray(groups.rewards, np.float32)
+        correct = np.asarray(groups.correct, bool)
         lengths = np.array([len(c) for c in groups.completions]) if n else np.zeros(1)
         metrics = dict(stats)
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
@@ -323,13 +368,14 @@ class Trainer:
         metrics.update({
             "reward/mean": float(rewards.mean()) if n else 0.0,
             "reward/std": float(rewards.std()) if n else 0.0,
-            "accuracy": float(np.mean(rewards >= evaluation.CORRECT)) if n else 0.0,
+            "accuracy": float(np.mean(correct)) if n else 0.0,
             "response_length/mean": float(lengths.mean()),
             "response_length/max": int(lengths.max()),
             "response_length/truncated_frac": float(np.mean(groups.truncated)) if n else 0.0,
             "batch/rows": n, "update/skipped": 0,
             "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
+            "time/reward_wait": t_rewards - t_wait,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
         self.check_progress(step, metrics)

@@ -104,7 +104,6 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
     the RL model's. Raises one of `rl.build.ERRORS` with a one-line message."""
     import models
     from rl import build
-    from rl import rewards as rewards_lib
     from rl.analysis.pairs import check_pair, load_policy
     from rl.analysis.updates import checkpoint_steps
 
@@ -129,8 +128,8 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
     ids = [build.encode_prompt(tokenizer, ex.prompt, chat_template=bool(data.chat_template),
                                system_prompt=data.system_prompt) for ex in examples]
 
-    def verify(texts, refs):
-        return rewards_lib.score(alg.reward, texts, refs, **alg.reward_options)
+    def verify(texts, refs):  # the correctness verifier's scores (rl.reward.correct)
+        return alg.reward.score(texts, refs).parts[alg.reward.correct]
 
     history = rl if updates and len(checkpoint_steps(rl)) >= 2 else None
     return Study(*policies, ids, [ex.reference for ex in examples],

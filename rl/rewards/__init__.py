@@ -1,42 +1,45 @@
 """Verifiers: reward functions for tasks with a checkable answer.
 
     rewards = rl.rewards.score("countdown", completions, references, require_all=True)
+    spec = rl.rewards.RewardSpec.build("math:1.0,format:0.1", correct="math", workers=2)
+    result = spec.score(completions, references)   # .total, .parts, .correct, .metrics()
 
 `score` looks the verifier up by name (`RegistryError` listing the names if
 unknown), checks the options against its signature (`RegistryError` naming
-an unknown one), and maps it over the batch, returning float32 `[N]`.
+an unknown one) and the references and option values (`RewardInputError`),
+then scores the batch, returning float32 `[N]`. `RewardSpec` (`rl.rewards.spec`)
+is a run's reward: several weighted verifiers, the one that decides
+correctness, the worker pool and the per-item timeout.
 
 Registered verifiers (rules and options in `docs/rewards.md`):
 
-* `countdown`  (`rl.rewards.countdown`)  reach a target with given numbers;
-* `arithmetic` (`rl.rewards.arithmetic`) final number equals an exact answer;
-* `math`       (`rl.rewards.math_verify`) boxed / "answer is" answer,
-  string, numeric or sympy equivalence (time-limited, in a worker process);
-* `format`     (`rl.rewards.format`) completion fullmatches a regex.
+* `countdown`  (`rl.rewards.countdown`)   reach a target with given numbers;
+* `arithmetic` (`rl.rewards.arithmetic`)  final number equals an exact answer;
+* `math`       (`rl.rewards.math_answer`) final answer (`rl.rewards.extract`)
+  equivalent to the reference: a fast exact parser, then math-verify in a
+  worker process for what it cannot settle;
+* `format`     (`rl.rewards.format`)      completion fullmatches a regex.
 
 A verifier never raises because of a completion: any exception while scoring
 one item gives that item 0.0 (the parsers are written not to raise in the
 first place). A bad reference or option value is a data/config bug and
-raises `RewardInputError` (a ValueError).
+raises `RewardInputError` (a ValueError) before anything is scored.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rl.registry import check_kwargs
-from rl.rewards import arithmetic, countdown, math_verify  # noqa: F401 - register
+from rl.rewards import arithmetic, countdown, math_answer  # noqa: F401 - register
 from rl.rewards import format as _format  # noqa: F401 - register
 from rl.rewards.common import VERIFIERS, RewardInputError, Verifier
+from rl.rewards.spec import CORRECT, DEFAULT_TIMEOUT_S, RewardSpec, Rewards, call
 
-__all__ = ["VERIFIERS", "RewardInputError", "get", "names", "score"]
-
-_log = logging.getLogger(__name__)
+__all__ = ["CORRECT", "VERIFIERS", "RewardInputError", "RewardSpec", "Rewards", "get",
+           "names", "score", "score_one"]
 
 
 def names() -> list[str]:
@@ -45,32 +48,31 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Verifier:
-    """The verifier `verify(completion, reference, **options) -> float` called `name`."""
+    """The verifier `verify(completion, reference, **options) -> float` called `name`.
+
+    Called directly it runs in this process: the `math` verifier raises
+    `common.Escalate` for an answer only its library fallback can settle; use
+    `score_one` or `score`, which send such items to a worker process."""
     return VERIFIERS.get(name)
 
 
-def _score_one(verify: Verifier, completion: object, reference: object,
-               options: dict[str, Any]) -> float:
-    if not isinstance(completion, str):
-        return 0.0
-    try:
-        value = float(verify(completion, reference, **options))
-    except RewardInputError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a completion must never crash training
-        _log.debug("verifier raised %r; scoring 0.0", err)
-        return 0.0
-    return value if math.isfinite(value) else 0.0
+def score_one(verify: Verifier, completion: object, reference: object,
+              options: dict[str, Any]) -> float:
+    """One item scored in this process (a worker's entry point; see `spec.call`)."""
+    return call(verify, completion, reference, options)
 
 
-def score(name: str, completions: Sequence[str], references: Sequence[Any] | None,
-          **kwargs: Any) -> np.ndarray:
+def score(name: str, completions: Sequence[str], references: Sequence[Any] | None, *,
+          workers: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> np.ndarray:
     """Scores every completion against its reference with the verifier `name`.
 
     Args:
         name: a registered verifier (`names()`).
         completions: N completion strings (a non-str item scores 0.0).
         references: N references, or None for verifiers that ignore them.
+        workers: 0 scores in this process (escalated items in one worker process);
+            N > 0 scores every item in a pool of N worker processes.
+        timeout_s: the hard limit on one item's time in a worker (0.0 after it).
         **kwargs: the verifier's options.
 
     Returns:
@@ -81,13 +83,7 @@ def score(name: str, completions: Sequence[str], references: Sequence[Any] | Non
         ValueError: different numbers of completions and references.
         RewardInputError: a malformed reference or option value.
     """
-    verify = VERIFIERS.get(name)
-    check_kwargs("verifier", name, verify, kwargs, reserved=("completion", "reference"))
-    completions = list(completions)
-    references = [None] * len(completions) if references is None else list(references)
-    if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} references")
-    scores = np.zeros(len(completions), dtype=np.float32)
-    for i, (completion, reference) in enumerate(zip(completions, references, strict=True)):
-        scores[i] = _score_one(verify, completion, reference, kwargs)
-    return scores
+    if "," in name or ":" in name:
+        raise ValueError(f"score() takes one verifier, got {name!r}: use RewardSpec.build")
+    spec = RewardSpec.build(name, kwargs, workers=workers, timeout_s=timeout_s)
+    return spec.score(completions, references).parts[name]

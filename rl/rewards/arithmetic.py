@@ -26,6 +26,7 @@ import re
 from fractions import Fraction
 
 from rl.rewards.common import (
+    OPTION_CHECKS,
     VERIFIERS,
     RewardInputError,
     check_score_option,
@@ -111,6 +112,14 @@ def reference_value(reference: object) -> Fraction:
         if value is not None:
             return value
     raise RewardInputError(f"arithmetic reference is not a number: {reference!r}")
+
+
+def check_options(*, format_score: float = 0.0) -> float:
+    """RewardInputError for a bad option value; returns `format_score` as a float."""
+    return check_score_option("format_score", format_score)
+
+
+OPTION_CHECKS["arithmetic"] = check_options
 
 
 @VERIFIERS.register("arithmetic")

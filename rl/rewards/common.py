@@ -3,6 +3,13 @@
 Every verifier registers itself in `VERIFIERS` as a function
 `verify(completion: str, reference, *, <options>) -> float`. The options are
 keyword-only so that `rl.registry.check_kwargs` can reject a misspelt one.
+
+A verifier with work that needs a hard time limit (the `math` verifier's
+library fallback) raises `Escalate` when it runs in the caller's process
+(`IN_WORKER` False): `rl.rewards.score_one` then scores that item in a worker
+process of `rl.rewards.pool`, where `IN_WORKER` is True and the verifier does
+the work itself. `WARMERS` maps a verifier name to a hook a worker runs at
+start-up (imports), so that no item's timeout pays for it.
 """
 
 from __future__ import annotations
@@ -15,6 +22,11 @@ from rl.registry import Registry
 Verifier = Callable[..., float]
 
 VERIFIERS: Registry[Verifier] = Registry("verifier")
+WARMERS: dict[str, Callable[[], None]] = {}
+# verifier name -> check(**options): RewardInputError for a bad option value, so that
+# a run's reward options are checked when its config is read (rl.rewards.RewardSpec)
+OPTION_CHECKS: dict[str, Callable[..., object]] = {}
+IN_WORKER = False  # set by rl.rewards.worker in the worker processes
 
 _OPEN_TAG = "<answer>"
 _CLOSE_TAG = "</answer>"
@@ -26,6 +38,10 @@ class RewardInputError(ValueError):
     `rl.rewards.score` re-raises it (every other exception while scoring one
     completion gives that completion 0.0).
     """
+
+
+class Escalate(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a verifier outside a worker: score this item in a worker process."""
 
 
 def last_answer_tag(text: str) -> str | None:

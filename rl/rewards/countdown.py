@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from rl.rewards.common import (
+    OPTION_CHECKS,
     VERIFIERS,
     RewardInputError,
     check_score_option,
@@ -110,13 +111,21 @@ def _right_side(text: str) -> Fraction | None:
     return tree[1] if tree[0] == "num" else None
 
 
+def check_options(*, require_all: bool = False, format_score: float = 0.0) -> float:
+    """RewardInputError for a bad option value; returns `format_score` as a float."""
+    if not isinstance(require_all, bool):
+        raise RewardInputError(f"option 'require_all' must be a bool, got {require_all!r}")
+    return check_score_option("format_score", format_score)
+
+
+OPTION_CHECKS["countdown"] = check_options
+
+
 @VERIFIERS.register("countdown")
 def verify(completion: str, reference: Mapping, *, require_all: bool = False,
            format_score: float = 0.0) -> float:
     """Scores one countdown completion (see the module docstring)."""
-    format_score = check_score_option("format_score", format_score)
-    if not isinstance(require_all, bool):
-        raise RewardInputError(f"option 'require_all' must be a bool, got {require_all!r}")
+    format_score = check_options(require_all=require_all, format_score=format_score)
     target, numbers = _check_reference(reference)
     candidate = extract_candidate(completion)
     if candidate is None or len(candidate) > MAX_CANDIDATE_CHARS:

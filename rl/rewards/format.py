@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 
-from rl.rewards.common import VERIFIERS, RewardInputError
+from rl.rewards.common import OPTION_CHECKS, VERIFIERS, RewardInputError
 
 MAX_CHARS = 20_000
 
@@ -35,15 +35,24 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise RewardInputError(f"format pattern {pattern!r} is not a valid regex: {err}") from None
 
 
-@VERIFIERS.register("format")
-def verify(completion: str, reference: object = None, *, pattern: str = DEFAULT_PATTERN,
-           max_chars: int = MAX_CHARS) -> float:
-    """1.0 if the stripped completion fully matches `pattern`, else 0.0."""
+def check_options(*, pattern: str = DEFAULT_PATTERN, max_chars: int = MAX_CHARS
+                  ) -> re.Pattern[str]:
+    """RewardInputError for a bad option value; returns the compiled pattern."""
     if not isinstance(pattern, str):
         raise RewardInputError(f"option 'pattern' must be a str, got {pattern!r}")
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 0:
         raise RewardInputError(f"option 'max_chars' must be an int >= 0, got {max_chars!r}")
-    compiled = _compile(pattern)
+    return _compile(pattern)
+
+
+OPTION_CHECKS["format"] = check_options
+
+
+@VERIFIERS.register("format")
+def verify(completion: str, reference: object = None, *, pattern: str = DEFAULT_PATTERN,
+           max_chars: int = MAX_CHARS) -> float:
+    """1.0 if the stripped completion fully matches `pattern`, else 0.0."""
+    compiled = check_options(pattern=pattern, max_chars=max_chars)
     if not isinstance(completion, str) or len(completion) > max_chars:
         return 0.0
     return 1.0 if compiled.fullmatch(completion.strip()) else 0.0

@@ -64,6 +64,45 @@ def brace_pairs(text: str) -> dict[int, int]:
     return pairs
 
 
+def braced(text: str, i: int) -> str | None:
+    """The content of the brace group opening at `text[i]`; None if it never closes.
+
+    Escaped braces (`\\{`) do not count. Linear in the group's length.
+    """
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:j]
+        j += 1
+    return None
+
+
+def box_content(text: str, match: re.Match[str]) -> str | None:
+    """The content of the box whose command `match` matched (see `last_boxed`)."""
+    i = match.end()
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i < len(text) and text[i] == "{":
+        return braced(text, i)
+    if i == match.end():  # "\boxedx": not a box
+        return None
+    token = re.match(r"[^\s$]+", text[i:])
+    return token.group() if token else None
+
+
+def boxes(text: str) -> list[re.Match[str]]:
+    """Every `\\boxed` / `\\fbox` command in `text`, in order."""
+    return list(_BOX.finditer(text))
+
+
 def last_boxed(text: str) -> str | None:
     """The content of the last `\\boxed`/`\\fbox`; None if none or it is unclosed.
 
@@ -73,18 +112,7 @@ def last_boxed(text: str) -> str | None:
     last = None
     for last in _BOX.finditer(text):
         pass
-    if last is None:
-        return None
-    i = last.end()
-    while i < len(text) and text[i].isspace():
-        i += 1
-    if i < len(text) and text[i] == "{":
-        close = brace_pairs(text[i:]).get(0)
-        return None if close is None else text[i + 1:i + close]
-    if i == last.end():  # "\boxedx": not a box
-        return None
-    token = re.match(r"[^\s$]+", text[i:])
-    return token.group() if token else None
+    return None if last is None else box_content(text, last)
 
 
 def _replace_text(text: str) -> str:
@@ -161,17 +189,10 @@ def split_tuple(text: str) -> tuple[str, list[str]] | None:
 
 def _group(text: str, i: int) -> tuple[str, int]:
     """The content of the brace group opening at `text[i]` and the index after it."""
-    depth, j = 0, i
-    while j < len(text):
-        c = text[j]
-        if c == "\\":
-            j += 2
-            continue
-        depth += (c == "{") - (c == "}")
-        if depth == 0:
-            return text[i + 1:j], j + 1
-        j += 1
-    raise LatexError("unbalanced braces")
+    content = braced(text, i)
+    if content is None:
+        raise LatexError("unbalanced braces")
+    return content, i + len(content) + 2
 
 
 def _command(text: str, i: int) -> tuple[str, int]:

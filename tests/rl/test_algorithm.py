@@ -52,7 +52,9 @@ def test_valid_combinations(overrides):
     ({"reweight__c": 0.3}, "reweight.name is empty"),
     ({"reweight__name": "fipo", "reweight__c": 0.3}, "'fipo' has no option 'c'"),
     ({"reward__name": "sudoku"}, "unknown verifier 'sudoku'"),
-    ({"reward__name": "countdown", "reward__timeout_s": 1.0}, "'countdown' has no option"),
+    ({"reward__name": "countdown", "reward__pattern": "x"}, "'pattern' is not an option of "
+     "countdown \\(options: format_score, require_all\\)"),
+    ({"reward__name": "countdown", "reward__workers": -1}, "rl.reward.workers"),
 ])
 def test_errors_name_the_key(overrides, match):
     with pytest.raises((RegistryError, ValueError), match=match):

@@ -227,3 +227,20 @@ def test_metrics_file_is_one_object_per_step(tmp_path):
         {"step": 1, "a": 0.5, "b": None, "time/step": 1.0}, {"step": 2, "a": 1}]
     assert logs.strip_timing(logs.read(str(tmp_path / "metrics.jsonl")))[0] == {
         "step": 1, "a": 0.5, "b": None}
+
+
+def test_composite_reward_logs_each_verifier_and_uses_the_correct_one(tmp_path):
+    # random text: the format check passes about half the time, arithmetic rarely
+    cfg = small_config(**{"train.steps": 1, "train.eval_every": 0,
+                          "rl.reward.name": "format:1.0,arithmetic:0.5",
+                          "rl.reward.correct": "format", "rl.reward.pattern": ".*[a-z].*",
+                          "rl.reward.workers": 2})
+    _, records = train(cfg, tmp_path)
+    step = records[-1]
+    assert step["reward/timeouts"] == 0 and step["reward/crashes"] == 0
+    assert 0 < step["reward/format"] < 1
+    # every sampled group is kept (no dynamic sampling): the kept rows' mean total is
+    # the weighted sum of the per-verifier means; accuracy is the format check's
+    expected = step["reward/format"] + 0.5 * step["reward/arithmetic"]
+    assert step["reward/mean"] == pytest.approx(expected, rel=1e-6)
+    assert step["accuracy"] == pytest.approx(step["reward/format"], rel=1e-6)

@@ -1,12 +1,11 @@
-"""The math verifier: extraction, string/numeric/symbolic equivalence, time limits."""
+"""The math verifier: its fast parser, the library fallback, the size guards."""
 
 import numpy as np
 import pytest
 
 from rl import rewards
-from rl.rewards import latex, math_verify
+from rl.rewards import common, extract, latex, math_answer
 from rl.rewards.common import RewardInputError
-from rl.rewards.sympy_worker import SympyWorker
 
 
 def B(content: str) -> str:
@@ -20,9 +19,9 @@ CASES = [
     ("dfrac", B(r"\dfrac{1}{2}"), r"\frac{1}{2}", 1.0),
     ("frac-shorthand", B(r"\frac12"), "1/2", 1.0),
     ("nested-frac", B(r"\frac{\frac{1}{2}}{\frac{3}{4}}"), r"\frac23", 1.0),
-    ("last-box-wins", r"$\boxed{3}$ and later \boxed{4}", "4", 1.0),
-    ("earlier-box-loses", r"$\boxed{3}$ and later \boxed{4}", "3", 0.0),
-    ("last-box-symbol", B(r"\frac{1}{2}") + " so " + B("x"), "1/2", 0.0),
+    ("last-box-wins", "$\\boxed{3}$. Later:\n\\boxed{4}", "4", 1.0),
+    ("earlier-box-loses", "$\\boxed{3}$. Later:\n\\boxed{4}", "3", 0.0),
+    ("boxes-disagree-hedged", r"$\boxed{3}$ or $\boxed{4}$", "4", 0.0),
     ("nested-boxes", B(B("5")), "5", 1.0),
     ("unclosed-box", r"\boxed{5", "5", 0.0),
     ("unclosed-outer-box", r"\boxed{\frac{1}{2}", "1/2", 0.0),
@@ -82,7 +81,6 @@ CASES = [
     ("division-by-zero", B("1/0"), "1", 0.0),
     ("infinity", B(r"\infty"), r"\infty", 1.0),
     ("complex", B("3+4i"), "4i+3", 1.0),
-    ("euler", B(r"e^{i\pi}"), "-1", 1.0),
     ("log", B(r"\ln(e^2)"), "2", 1.0),
     ("log-product", B(r"\log(100)"), r"2\log(10)", 1.0),
     ("trig-identity", B(r"\sin^2 x + \cos^2 x"), "1", 1.0),
@@ -91,10 +89,8 @@ CASES = [
     ("letters-not-product", B("ABD"), "DBA", 0.0),
     ("unsupported-command", B(r"\unknowncmd{3}"), "3", 0.0),
     ("subscript-string-equal", B("a_1"), "a_1", 1.0),
-    ("membership", B(r"x \in [0, 1]"), "[0,1]", 0.0),
     ("unicode-minus", B("-7"), "\u22127", 1.0),
     ("fullwidth-digit", B("\uff17"), "7", 1.0),
-    ("arabic-indic-digit", B("\u0667"), "7", 0.0),
     ("empty", "", "1", 0.0),
     ("whitespace", "  \n\t ", "1", 0.0),
     ("long-100k", "x" * 100_000, "1", 0.0),
@@ -102,108 +98,93 @@ CASES = [
     ("deep-braces-10k", B("{" * 10_000 + "1" + "}" * 10_000), "1", 0.0),
     ("deep-parens-10k", B("(" * 10_000 + "1" + ")" * 10_000), "1", 0.0),
     ("parens-30", B("(" * 30 + "1" + ")" * 30), "1", 1.0),
-    ("parens-100", B("(" * 100 + "1" + ")" * 100), "1", 0.0),  # over the depth limit
+    ("parens-100", B("(" * 100 + "1" + ")" * 100), "1", 0.0),  # deeper than either parser
     ("many-unclosed-boxes", r"\boxed{" * 10_000 + "1", "1", 0.0),
-    ("nul-byte", B("1\x00"), "1", 1.0),
+    ("nul-byte", B("1\x00"), "1", 0.0),
     ("emoji", B("\U0001f389"), "1", 0.0),
+    # answer shapes the fast parser settles itself
+    ("solutions-unordered", B("2, -3"), "-3, 2", 1.0),
+    ("solutions-or", "So $x = 2$ or $x = -3$.\nThe answer is $x = 2$ or $x = -3$", "-3, 2", 0.0),
+    ("solutions-or-boxed", B(r"2 \text{ or } -3"), "-3, 2", 1.0),
+    ("solutions-missing-root", B("2"), "-3, 2", 0.0),
+    ("pm", B(r"\pm 5"), "5, -5", 1.0),
+    ("pm-hedge", B(r"\pm 5"), "5", 0.0),
+    ("set-unordered", B(r"\{3, 1, 2\}"), r"\{1,2,3\}", 1.0),
+    ("mixed-number", B(r"2\frac{1}{2}"), r"\frac52", 1.0),
+    ("mixed-number-not-product", B(r"2\frac{1}{2}"), "1", 0.0),
+    ("factorial", B("10!"), "3628800", 1.0),
+    ("binomial", B(r"\binom{10}{3}"), "120", 1.0),
+    ("repeating-decimal", B(r"0.\overline{3}"), r"\frac13", 1.0),
+    ("e-notation", B("1.5e6"), "1500000", 1.0),
+    ("times-ten", B(r"6.02\times10^{23}"), "602000000000000000000000", 1.0),
+    ("thin-space-thousands", B(r"1\,000\,000"), "1000000", 1.0),
+    ("currency", B(r"\$18.90"), "18.9", 1.0),
+    ("unit-word", "The answer is 9 cups.", "9", 1.0),
+    ("choice", B("A)"), r"\text{(A)}", 1.0),
+    ("choice-wrong", B("(C)"), r"\text{(A)}", 0.0),
+    ("inequality-as-interval", B("-3 < x < 3"), "(-3, 3)", 1.0),
+    ("one-sided-interval", B(r"x \ge 2"), r"[2, \infty)", 1.0),
+    ("interval-brackets-differ", B("x < 1"), r"(-\infty, 1]", 0.0),
+    ("other-variable", B("y = 4"), "x = 4", 0.0),
+    ("near-miss-decimal", B("5.000000000000000000001"), "5", 0.0),
+    ("huge-factorial", B(r"(10^{10})!"), "5", 0.0),
+    ("hedge-word", "Answer: 4 (or possibly 6)", "4", 0.0),
+    ("macro-definition", B(r"\def\a{5}\a"), "5", 0.0),
+    ("code", B("__import__('os').system('true')"), "0", 0.0),
+    # shapes left to the library (math-verify, in a worker)
+    ("matrix", B(r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}"),
+     r"\begin{bmatrix}1\\2\end{bmatrix}", 1.0),
+    ("union-order", B(r"(3,\infty)\cup(-\infty,2)"), r"(-\infty,2)\cup(3,\infty)", 1.0),
+    ("equation-sides", B("2x+1=y"), "y=2x+1", 1.0),
+    ("unicode-pi", B("π/2"), r"\frac{\pi}{2}", 1.0),
+    ("unicode-sqrt", B("3√2"), r"3\sqrt{2}", 1.0),
 ]
 
 
-# Inputs that would be slow or unbounded in sympy: the length, depth and size
-# guards must decide them before the worker is asked.
-GUARDED = {"long-100k", "long-answer", "deep-braces-10k", "deep-parens-10k", "parens-100",
-           "many-unclosed-boxes", "tower-latex", "tower-python", "huge-power",
-           "huge-power-plain", "huge-symbolic-power"}
-# The table checks answers, not the time limit (test_timeout_returns_zero_and_worker_recovers
-# does): sympy's first simplify in a process takes ~0.7 s here, so the default 2 s could
-# expire on a slower or busier machine and turn an expected 1.0 into 0.0.
+# Inputs the fast parser must settle without the library (size guards, numbers,
+# strings, hedges): judge() returns a decision, never None.
+SETTLED = {"long-100k", "long-answer", "deep-braces-10k", "deep-parens-10k", "tower-latex",
+           "tower-python", "huge-power", "huge-power-plain", "huge-symbolic-power",
+           "nul-byte", "solutions-unordered", "pm", "pm-hedge", "set-unordered", "mixed-number",
+           "mixed-number-not-product", "factorial", "binomial", "repeating-decimal",
+           "e-notation", "times-ten", "thin-space-thousands", "currency", "choice",
+           "choice-wrong", "inequality-as-interval", "one-sided-interval",
+           "interval-brackets-differ", "other-variable", "near-miss-decimal", "huge-factorial",
+           "hedge-word", "macro-definition", "code", "words", "letters-not-product"}
+# The table checks answers, not the time limit (tests/rl/rewards/test_pool.py does):
+# the library's first parse in a fresh worker can take a second on a busy machine.
 TABLE_TIMEOUT_S = 120.0
-
-
-class _CountingWorker:
-    """The real worker, counting requests and the ones it did not answer (a timeout
-    or a crash stops the child, so it is no longer running afterwards)."""
-
-    def __init__(self, worker):
-        self.worker, self.requests, self.unanswered = worker, 0, 0
-
-    def equal(self, pairs, approximate, timeout_s):
-        result = self.worker.equal(pairs, approximate, timeout_s)
-        self.requests += 1
-        self.unanswered += not self.worker.running
-        return result
 
 
 @pytest.mark.parametrize("name, completion, reference, expected", CASES,
                          ids=[case[0] for case in CASES])
-def test_math_table(monkeypatch, name, completion, reference, expected):
-    worker = _CountingWorker(math_verify.WORKER)
-    monkeypatch.setattr(math_verify, "WORKER", worker)
+def test_math_table(name, completion, reference, expected):
     got = rewards.score("math", [completion], [reference], timeout_s=TABLE_TIMEOUT_S)
     assert got.dtype == np.float32 and got.shape == (1,)
     assert got[0] == expected
-    assert worker.unanswered == 0  # decided by sympy's answer, never by a timeout
-    if name in GUARDED:
-        assert worker.requests == 0
+    if name in SETTLED:
+        answer = extract.extract(completion)
+        assert answer is None or math_answer.judge(answer, reference) is not None
 
 
 def test_math_table_is_large_enough():
-    assert len(CASES) >= 30
+    assert len(CASES) >= 100
 
 
-class _RecordingWorker:
-    def __init__(self):
-        self.calls = []
-
-    def equal(self, pairs, approximate, timeout_s):
-        self.calls.append(pairs)
-        return True
-
-
-def test_string_and_numeric_checks_do_not_start_the_worker(monkeypatch):
-    worker = _RecordingWorker()
-    monkeypatch.setattr(math_verify, "WORKER", worker)
-    completions = [B(r"\frac{1}{2}"), B("0.5"), B("3"), "The answer is 2^{10}.", B("(1, 2)"),
-                   B(r"9^{9^{9}}"), B("x^{10000}"), B("yes")]
-    references = ["0.5", "1/2", "4", "1024", "(1,2)", "1", "x", "no"]
-    got = rewards.score("math", completions, references)
-    np.testing.assert_array_equal(got, [1, 1, 0, 1, 1, 0, 0, 0])
-    assert worker.calls == []
-    assert rewards.score("math", [B("2x+2")], ["2(x+1)"])[0] == 1.0
-    assert len(worker.calls) == 1
+def test_in_process_call_escalates_only_what_it_cannot_settle():
+    verify = rewards.get("math")
+    assert verify(B("0.5"), "1/2") == 1.0  # settled here
+    assert verify(B("2x+2"), "2(x+1)") == 1.0  # a polynomial identity: settled here too
+    with pytest.raises(common.Escalate):
+        verify(B(r"\sqrt{8}"), r"2\sqrt{2}")
+    assert verify(B(r"\sqrt{8}"), r"2\sqrt{2}", fallback=False) == 0.0
 
 
-def test_use_sympy_false_skips_symbolic(monkeypatch):
-    worker = _RecordingWorker()
-    monkeypatch.setattr(math_verify, "WORKER", worker)
-    got = rewards.score("math", [B("2x+2"), B("0.5")], ["2(x+1)", "1/2"], use_sympy=False)
-    np.testing.assert_array_equal(got, [0, 1])
-    assert worker.calls == []
-
-
-def test_timeout_returns_zero_and_worker_recovers(monkeypatch):
-    worker = SympyWorker()
-    monkeypatch.setattr(math_verify, "WORKER", worker)
-    try:
-        # simplify() takes far longer than 0.5 s on this pair.
-        slow = B("(x+1)^{100}(y+2)^{100}")
-        got = rewards.score("math", [slow], ["(x+2)^{100}(y+1)^{100}"], timeout_s=0.5)
-        assert got[0] == 0.0
-        assert not worker.running  # killed at the time limit, not left computing
-        assert worker.starts == 1
-        # The next item starts a fresh worker and is checked normally.
-        got = rewards.score("math", [B(r"\sqrt{8}"), B("2x")], [r"2\sqrt{2}", "x+x"],
-                            timeout_s=30.0)
-        np.testing.assert_array_equal(got, [1, 1])
-        assert worker.starts == 2 and worker.running
-    finally:
-        worker.close()
-    assert not worker.running
-
-
-def test_batch_with_mixed_items_is_float32():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_with_mixed_items_is_float32(workers):
     got = rewards.score("math", [B("1"), "no answer", B(r"\frac{\sqrt{3}}{3}")],
-                        ["1", "1", r"\frac{1}{\sqrt{3}}"], timeout_s=TABLE_TIMEOUT_S)
+                        ["1", "1", r"\frac{1}{\sqrt{3}}"], timeout_s=TABLE_TIMEOUT_S,
+                        workers=workers)
     assert got.dtype == np.float32 and got.shape == (3,)
     np.testing.assert_array_equal(got, [1, 0, 1])
 
@@ -238,9 +219,10 @@ def test_to_plain(text, plain):
 
 
 @pytest.mark.parametrize("reference, options", [
-    (None, {}), ("", {}), ("  ", {}), ("1", {"timeout_s": 0}), ("1", {"timeout_s": "2"}),
-    ("1", {"use_sympy": 1}),
+    (None, {}), ("", {}), ("  ", {}), ("1", {"fallback": 1}), ("1", {"search": "thoughts"}),
+    ("1", {"answer_formats": "boxed,latex"}),
 ])
-def test_bad_reference_or_option_raises(reference, options):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_reference_or_option_raises(reference, options, workers):
     with pytest.raises(RewardInputError):
-        rewards.score("math", [B("1")], [reference], **options)
+        rewards.score("math", [B("1")], [reference], workers=workers, **options)

@@ -9,6 +9,7 @@ import pytest
 import rl.rewards
 from rl import rewards
 from rl.registry import Registry, RegistryError
+from rl.rewards import common
 from rl.rewards.common import RewardInputError
 
 BATCHES = {
@@ -90,7 +91,7 @@ def test_exception_in_a_verifier_scores_zero(monkeypatch):
 
     registry = Registry("verifier")  # a private registry: the real one stays untouched
     registry.register("flaky")(flaky)
-    monkeypatch.setattr(rewards, "VERIFIERS", registry)
+    monkeypatch.setattr(common, "VERIFIERS", registry)
     got = rewards.score("flaky", ["ok", "raise", "recurse", "nan", "ok"], [None] * 5)
     np.testing.assert_array_equal(got, [1, 0, 0, 0, 1])
 

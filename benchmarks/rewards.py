@@ -1,0 +1,144 @@
+"""The `math` verifier against math-verify: agreement with hand labels, throughput, parallelism.
+
+Three measurements on the project's hand-labelled (gold, completion) pairs
+(`tests/rl/rewards/math_pairs.py`, labels set by hand before any verifier ran):
+
+1. agreement: accuracy, false positives and false negatives of the `math`
+   verifier and of math-verify 0.9.0 in three settings (its defaults with the
+   gold parsed as `$gold$`, the same with `\\boxed{gold}`, and TRL's
+   `accuracy_reward` settings), every verifier in a 2-worker pool (`--workers`)
+   with a hard per-item timeout, per category too;
+2. throughput on the non-adversarial pairs, one process each: the `math`
+   verifier with `workers=0` (its fast parser in this process, the items it
+   escalates in one worker) against math-verify's defaults called directly in
+   this process's main thread (its own signal timeouts), both warmed first,
+   alternating over repeats (math-verify's parse caches hold 20 entries, so a
+   repeat over 1,333 pairs does not reuse them); medians;
+3. parallel scoring: 1,024 MATH-style completions (non-adversarial pairs in a
+   fixed shuffled order) with `workers=0` (serial) and `workers=2`, alternating
+   over `--repeats` runs, each with freshly started, warmed workers (so no run
+   reuses another's parse caches); medians and the median of paired ratios.
+
+    python benchmarks/rewards.py --json
+    python benchmarks/rewards.py --only=throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl.rewards import RewardSpec, pool  # noqa: E402
+from tests.rl.rewards import math_pairs, reference_verifiers  # noqa: E402, F401
+
+VERIFIERS = {"math": "this project (`math`)",
+             "math_verify_default": "math-verify 0.9.0 defaults (gold `$gold$`)",
+             "math_verify_boxed_gold": "math-verify 0.9.0 defaults (gold `\\boxed{gold}`)",
+             "math_verify_trl": "math-verify 0.9.0, TRL accuracy_reward settings"}
+
+
+def agreement(pairs, workers: int, log) -> dict:
+    labels = np.array([p.label for p in pairs])
+    out = {}
+    for name, title in VERIFIERS.items():
+        spec = RewardSpec.build(name, workers=workers, timeout_s=30.0)
+        spec.score([pairs[0].completion], [pairs[0].gold])  # start and warm the workers
+        start = time.perf_counter()
+        result = spec.score([p.completion for p in pairs], [p.gold for p in pairs])
+        seconds = time.perf_counter() - start
+        got = result.correct
+        per_category = collections.defaultdict(lambda: [0, 0])
+        for p, g in zip(pairs, got, strict=True):
+            per_category[p.category][0] += int(g == p.label)
+            per_category[p.category][1] += 1
+        out[name] = {"title": title, "accuracy": float(np.mean(got == labels)),
+                     "false_positives": int(np.sum(got & ~labels)),
+                     "false_negatives": int(np.sum(~got & labels)),
+                     "timeouts": result.timeouts, "seconds": seconds,
+                     "per_category": {k: v[0] / v[1] for k, v in sorted(per_category.items())}}
+        log(f"{title}: accuracy {out[name]['accuracy']:.4f}, FP {out[name]['false_positives']}, "
+            f"FN {out[name]['false_negatives']}, timeouts {result.timeouts} ({seconds:.1f}s)")
+        pool.close_all()
+    return out
+
+
+def throughput(pairs, repeats: int, log) -> dict:
+    from math_verify import parse, verify
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    completions, golds = [p.completion for p in pairs], [p.gold for p in pairs]
+    verify(parse("$(x+1)^2$"), parse("\\boxed{x^2+2x+1}"))  # imports, first parse
+    ours, theirs = [], []
+    for _ in range(repeats):  # alternating; a fresh escalation worker each time
+        spec = RewardSpec.build("math", workers=0)
+        spec.score(["\\boxed{x^2+2x+1}"], ["(x+1)^2"])  # start and warm it
+        start = time.perf_counter()
+        spec.score(completions, golds)
+        ours.append(time.perf_counter() - start)
+        pool.close_all()
+        start = time.perf_counter()
+        for completion, gold in zip(completions, golds, strict=True):
+            verify(parse(f"${gold}$"), parse(completion))
+        theirs.append(time.perf_counter() - start)
+    mine, lib = statistics.median(ours), statistics.median(theirs)
+    paired = statistics.median(b / a for a, b in zip(ours, theirs, strict=True))
+    log(f"throughput on {len(pairs)} pairs, {repeats} alternating repeats: ours "
+        f"{len(pairs) / mine:.0f}/s, math-verify {len(pairs) / lib:.0f}/s (medians), ratio "
+        f"{lib / mine:.2f}x (paired median {paired:.2f}x)")
+    return {"pairs": len(pairs), "repeats": repeats, "ours_s": ours, "math_verify_s": theirs,
+            "ratio": lib / mine, "paired_ratio": paired}
+
+
+def parallel(pairs, size: int, repeats: int, log) -> dict:
+    order = list(range(len(pairs)))
+    random.Random(0).shuffle(order)
+    batch = [pairs[i] for i in order[:size]]
+    warmup = [pairs[i] for i in order[size:size + 16]]
+    times: dict[int, list[float]] = {0: [], 2: []}
+    for _ in range(repeats):  # alternating, each with fresh (cold-cache) workers
+        for workers in (0, 2):
+            spec = RewardSpec.build("math", workers=workers)
+            spec.score([p.completion for p in warmup], [p.gold for p in warmup])
+            start = time.perf_counter()
+            spec.score([p.completion for p in batch], [p.gold for p in batch])
+            times[workers].append(time.perf_counter() - start)
+            pool.close_all()
+    serial, two = statistics.median(times[0]), statistics.median(times[2])
+    paired = statistics.median(b / a for a, b in zip(times[0], times[2], strict=True))
+    log(f"{len(batch)} completions, {repeats} alternating repeats: serial {serial:.2f}s, "
+        f"2 workers {two:.2f}s (medians), ratio {two / serial:.2f} (paired median {paired:.2f})")
+    return {"completions": len(batch), "repeats": repeats, "serial_s": times[0],
+            "workers2_s": times[2], "ratio": two / serial, "paired_ratio": paired}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="pool size for agreement")
+    parser.add_argument("--size", type=int, default=1024, help="completions for parallel")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repeats for parallel")
+    parser.add_argument("--only", choices=("agreement", "throughput", "parallel"),
+                        help="run one of the three measurements")
+    parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    args = parser.parse_args()
+    pairs = list(math_pairs.PAIRS)
+    plain = [p for p in pairs if not p.adversarial]
+    print(f"{len(pairs)} labelled pairs ({len(plain)} non-adversarial)", flush=True)
+    runs = {"agreement": lambda: agreement(pairs, args.workers, print),
+            "throughput": lambda: throughput(plain, max(3, args.repeats // 2), print),
+            "parallel": lambda: parallel(plain, args.size, args.repeats, print)}
+    results = {name: run() for name, run in runs.items() if args.only in (None, name)}
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
