@@ -16,8 +16,11 @@ Three measurements on the project's hand-labelled (gold, completion) pairs
    repeat over 1,333 pairs does not reuse them); medians;
 3. parallel scoring: 1,024 MATH-style completions (non-adversarial pairs in a
    fixed shuffled order) with `workers=0` (serial) and `workers=2`, alternating
-   over `--repeats` runs, each with freshly started, warmed workers (so no run
-   reuses another's parse caches); medians and the median of paired ratios.
+   over `--repeats` runs, each with freshly started workers warmed on the other
+   non-adversarial pairs (steady state, as in a long run; no run reuses
+   another's parse caches); medians and the median of paired ratios. For scale,
+   the same 1-vs-2 worker comparison on a pure CPU loop (`sum(range(n))` per
+   item) shows what the machine's two cores allow.
 
     python benchmarks/rewards.py --json
     python benchmarks/rewards.py --only=throughput
@@ -39,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rl.rewards import RewardSpec, pool  # noqa: E402
-from tests.rl.rewards import math_pairs, reference_verifiers  # noqa: E402, F401
+from tests.rl.rewards import math_pairs, pool_verifiers, reference_verifiers  # noqa: E402, F401
 
 VERIFIERS = {"math": "this project (`math`)",
              "math_verify_default": "math-verify 0.9.0 defaults (gold `$gold$`)",
@@ -102,7 +105,7 @@ def parallel(pairs, size: int, repeats: int, log) -> dict:
     order = list(range(len(pairs)))
     random.Random(0).shuffle(order)
     batch = [pairs[i] for i in order[:size]]
-    warmup = [pairs[i] for i in order[size:size + 16]]
+    warmup = [pairs[i] for i in order[size:]]  # the rest: workers as warm as in a long run
     times: dict[int, list[float]] = {0: [], 2: []}
     for _ in range(repeats):  # alternating, each with fresh (cold-cache) workers
         for workers in (0, 2):
@@ -116,8 +119,22 @@ def parallel(pairs, size: int, repeats: int, log) -> dict:
     paired = statistics.median(b / a for a, b in zip(times[0], times[2], strict=True))
     log(f"{len(batch)} completions, {repeats} alternating repeats: serial {serial:.2f}s, "
         f"2 workers {two:.2f}s (medians), ratio {two / serial:.2f} (paired median {paired:.2f})")
+    cpu = {1: [], 2: []}
+    items = [("misbehave", "loop:300000", None, {})] * 200
+    for _ in range(repeats):  # the machine's ceiling: a pure CPU loop on 1 and 2 workers
+        for workers in (1, 2):
+            p = pool.Pool(workers, imports=("tests.rl.rewards.pool_verifiers",))
+            p.run(items[:4], timeout_s=60.0)
+            start = time.perf_counter()
+            p.run(items, timeout_s=60.0)
+            cpu[workers].append(time.perf_counter() - start)
+            p.close()
+    ceiling = statistics.median(b / a for a, b in zip(cpu[1], cpu[2], strict=True))
+    log(f"pure CPU loop, 200 items: 2 workers take {ceiling:.2f}x the time of 1 "
+        "(paired median): the machine's ceiling for this ratio")
     return {"completions": len(batch), "repeats": repeats, "serial_s": times[0],
-            "workers2_s": times[2], "ratio": two / serial, "paired_ratio": paired}
+            "workers2_s": times[2], "ratio": two / serial, "paired_ratio": paired,
+            "cpu_loop_1_s": cpu[1], "cpu_loop_2_s": cpu[2], "cpu_loop_ratio": ceiling}
 
 
 def main() -> None:

@@ -42,8 +42,10 @@ rl:             the algorithm (docs/algorithms.md has every name and option).
                    answer_formats, search, fallback) go to the one that has it.
   reward.correct   the verifier whose score >= 1 is "correct" (accuracy,
                    pass@k, dynamic sampling); "" = the only one named.
-  reward.workers   verifier processes scoring in parallel (0 = the trainer's
-                   process); reward.timeout_s: hard limit per completion.
+  reward.workers   verifier processes for the completions a verifier sends
+                   out of the trainer's process (the math verifier's library
+                   fallback), in parallel; 0 or 1 = one.
+                   reward.timeout_s: hard limit per completion there.
 data:           where prompts come from (rl/data).
   source           task | jsonl | parquet | tfds.
   task, task.<option>  procedural task (rl.data.tasks: countdown, arithmetic)

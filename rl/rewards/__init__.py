@@ -70,8 +70,9 @@ def score(name: str, completions: Sequence[str], references: Sequence[Any] | Non
         name: a registered verifier (`names()`).
         completions: N completion strings (a non-str item scores 0.0).
         references: N references, or None for verifiers that ignore them.
-        workers: 0 scores in this process (escalated items in one worker process);
-            N > 0 scores every item in a pool of N worker processes.
+        workers: worker processes for the items the verifier escalates (the `math`
+            verifier's library fallback): 0 or 1 score them in one, N in N; every
+            item is first scored in this process.
         timeout_s: the hard limit on one item's time in a worker (0.0 after it).
         **kwargs: the verifier's options.
 

@@ -34,7 +34,7 @@ import re
 from fractions import Fraction
 
 from rl.rewards import answer_values as av
-from rl.rewards import common, extract, identity
+from rl.rewards import common, extract, identity, latex
 from rl.rewards.common import VERIFIERS, RewardInputError
 from rl.rewards.expression import TooLarge
 
@@ -64,6 +64,12 @@ def judge(answer: str, reference: str) -> bool | None:
     if "\\begin{" in answer and "\\begin{" in reference:
         decision = identity.matrix_equal(answer, reference)
         if decision is not None:
+            return decision
+    if answer.count("=") == reference.count("=") == 1 and "," not in answer + reference:
+        decision = identity.equation_equal(*(
+            "=".join(latex.clean(side) for side in av.unicode(t).split("="))
+            for t in (answer, reference)))
+        if decision is not None:  # before `normalize` drops a leading "y ="
             return decision
     pred, gold = av.normalize(answer), av.normalize(reference)
     if not pred or not gold:

@@ -19,9 +19,13 @@ be named.
 Every reference and option is checked in the calling process before any item
 is scored (each verifier is run on the empty completion against every
 distinct reference: a `RewardInputError` there is raised, never scored 0 in a
-worker). With `workers=0` items are scored in the calling process and only
-the ones a verifier escalates (`common.Escalate`) go to a one-worker pool; with
-`workers=N` every item is scored in an N-worker pool (`rl.rewards.pool`).
+worker). Each item is first scored in the calling process; the items a verifier
+escalates (`common.Escalate`: the `math` verifier's library fallback, or a
+verifier that escalates everything when `common.IN_WORKER` is False) go to a
+pool of `max(workers, 1)` processes (`rl.rewards.pool`), scored while the
+caller goes on. The project's verifiers are bounded and linear in the
+calling process; sending every item to a worker instead would cost more in
+transfer than their exact checks take (measured: benchmarks/RESULTS.md).
 `timeout_s` bounds each item's time in a worker; timeouts and worker crashes
 score 0 and are counted.
 """
@@ -219,14 +223,11 @@ class RewardSpec:
         for t, name in enumerate(self.names):
             verify, options = common.VERIFIERS.get(name), dict(self.options[name])
             for i, (completion, ref) in enumerate(zip(completions, references, strict=True)):
-                if self.workers == 0:
-                    try:
-                        scores[t, i] = call(verify, completion, ref, options)
-                        continue
-                    except common.Escalate:
-                        pass
-                elif not isinstance(completion, str):
+                try:
+                    scores[t, i] = call(verify, completion, ref, options)
                     continue
+                except common.Escalate:
+                    pass
                 slots.append((t, i))
                 items.append((name, completion, ref, options))
         waiting = None

@@ -1,6 +1,7 @@
 """Verifiers that misbehave on purpose, for the worker-pool tests.
 
 The completion says what to do: "sleep:S" sleeps S seconds then scores 1,
+"loop:N" runs `sum(range(N))` (pure CPU, for benchmarks/rewards.py),
 "spin" loops in C forever (no signal could stop it), "exit" kills the worker
 process, "hog" allocates until the worker's memory limit stops it, "pid"
 scores the worker's process id (to see which process scored), anything else
@@ -19,6 +20,8 @@ from rl.rewards.common import VERIFIERS
 def misbehave(completion: str, reference: object = None) -> float:
     if completion.startswith("sleep:"):
         time.sleep(float(completion.split(":", 1)[1]))
+    elif completion.startswith("loop:"):
+        sum(range(int(completion.split(":", 1)[1])))
     elif completion == "spin":
         sum(range(10**13))  # one C call: minutes, uninterruptible from Python
     elif completion == "exit":

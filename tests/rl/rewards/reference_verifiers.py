@@ -11,7 +11,14 @@ work cannot be interrupted by its own signals).
 
 from __future__ import annotations
 
+from rl.rewards import common
 from rl.rewards.common import VERIFIERS
+
+
+def _in_a_worker() -> None:
+    """Scored in the caller's process, the items go to the pool (hard timeouts)."""
+    if not common.IN_WORKER:
+        raise common.Escalate
 
 
 def _gold(reference: str):
@@ -21,12 +28,14 @@ def _gold(reference: str):
 
 @VERIFIERS.register("math_verify_default")
 def default(completion: str, reference: str) -> float:
+    _in_a_worker()
     from math_verify import parse, verify
     return float(verify(_gold(reference), parse(completion)))
 
 
 @VERIFIERS.register("math_verify_trl")
 def trl(completion: str, reference: str) -> float:
+    _in_a_worker()
     from latex2sympy2_extended import NormalizationConfig
     from math_verify import LatexExtractionConfig, parse, verify
     config = LatexExtractionConfig(
@@ -41,5 +50,6 @@ def trl(completion: str, reference: str) -> float:
 @VERIFIERS.register("math_verify_boxed_gold")
 def boxed_gold(completion: str, reference: str) -> float:
     """The default, with the reference parsed as `\\boxed{gold}` instead of `$gold$`."""
+    _in_a_worker()
     from math_verify import parse, verify
     return float(verify(parse(f"\\boxed{{{reference}}}"), parse(completion)))
