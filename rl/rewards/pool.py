@@ -14,11 +14,13 @@ over a socket pair. A worker has an address-space limit (`memory_limit`) and
 exits when the parent's end of its socket closes.
 
 Scheduling: items that share a reference are kept together (a prompt's
-samples go to one worker, whose parse caches then serve them all). `submit`
-sends every worker an equal share of half the batch at once, so the workers
-run while the caller does something else; `result()` deals the other half in
-small chunks to whichever worker runs low, so a worker that drew slow items
-does not hold up the batch. A worker reports each item with
+samples go to one worker, whose parse caches then serve them all). While a
+batch is open (`open`, then `add` as the caller finds items to send) every
+worker is kept fed with a few items, so the workers start at once; `close`
+sends every worker an equal share of half of what is left, so they go on
+while the caller does something else; `result()` deals the rest in small
+chunks to whichever worker runs low, so a worker that drew slow items does not
+hold up the batch. A worker reports each item with
 `time.monotonic()` stamps (system-wide on Linux, so comparable across
 processes). An item's time runs
 from the end of the worker's previous item (or the worker's receipt of the
@@ -57,6 +59,7 @@ import numpy as np
 STARTUP_TIMEOUT_S = 120.0
 MEMORY_LIMIT_BYTES = 4 << 30
 MAX_FAILED_STARTS = 3
+FEED = 4  # items kept queued per worker while a batch is still being added to
 CHUNKS_PER_WORKER = 32  # the dynamically dealt half of a batch goes out in chunks this fine
 
 Item = tuple[str, Any, Any, dict]
@@ -147,21 +150,44 @@ def _grouped(items: list[Item]) -> list[int]:
 
 
 class Pending:
-    """A submitted batch; `result()` waits for it (once)."""
+    """A batch: `add` items while it is open, `close()` it, then `result()` (once)."""
 
-    def __init__(self, pool: Pool, items: list[Item], timeout_s: float):
-        self._pool, self._items, self._timeout = pool, items, timeout_s
-        n = len(items)
-        self._scores = np.zeros(n, np.float32)
-        self._timed_out = np.zeros(n, bool)
-        self._crashed = np.zeros(n, bool)
-        self._left = n
+    def __init__(self, pool: Pool, timeout_s: float):
+        self._pool, self._timeout = pool, timeout_s
+        self._items: list[Item] = []
+        self._scores: list[float] = []
+        self._timed_out: list[bool] = []
+        self._crashed: list[bool] = []
+        self._left = 0
         self._result: PoolResult | None = None
-        self._backlog = collections.deque(_grouped(items))
-        size = len(pool._workers)
-        self._chunk = max(1, -(-n // (size * CHUNKS_PER_WORKER)))
-        for worker in pool._workers:  # half the items at once: scored while the caller is away
-            self._deal(worker, -(-n // (2 * size)))
+        self._backlog: collections.deque[int] = collections.deque()
+        self._chunk = 1
+
+    def add(self, items: Sequence[Item]) -> None:
+        """Queues more items; a worker with less than FEED items queued gets some at once
+        (so the workers start while the caller is still finding items to send)."""
+        start, n = len(self._items), len(items)
+        self._items.extend(items)
+        self._scores.extend([0.0] * n)
+        self._timed_out.extend([False] * n)
+        self._crashed.extend([False] * n)
+        self._left += n
+        self._backlog.extend(start + i for i in _grouped(list(items)))
+        for worker in self._pool._workers:
+            if worker.queue:
+                self._drain(worker)
+            if len(worker.queue) < FEED:
+                self._deal(worker, FEED - len(worker.queue))
+
+    def close(self) -> Pending:
+        """No more items: half of those not yet sent go out at once (scored while the caller
+        is away), the rest in chunks from `result()` to whichever worker runs low."""
+        size = len(self._pool._workers)
+        self._chunk = max(1, -(-len(self._backlog) // (size * CHUNKS_PER_WORKER)))
+        share = -(-len(self._backlog) // (2 * size))
+        for worker in self._pool._workers:
+            self._deal(worker, share)
+        return self
 
     # -- bookkeeping ---------------------------------------------------------------------
     def _send(self, worker: _Worker, indices: list[int]) -> None:
@@ -223,8 +249,8 @@ class Pending:
             for worker in workers:  # the other half in chunks, to whoever runs low
                 if worker.queue:
                     self._drain(worker)
-                if len(worker.queue) < self._chunk and self._backlog:
-                    self._deal(worker, self._chunk)
+                if len(worker.queue) < 2 * self._chunk and self._backlog:  # never idle
+                    self._deal(worker, 2 * self._chunk - len(worker.queue))
             now = time.monotonic()
             for worker in workers:
                 if worker.queue and now - worker.since > self._timeout:
@@ -236,7 +262,9 @@ class Pending:
             if busy:
                 deadline = min(w.since for w in busy) + self._timeout
                 wait([w.conn for w in busy], timeout=max(0.0, deadline - time.monotonic()))
-        self._result = PoolResult(self._scores, self._timed_out, self._crashed)
+        self._result = PoolResult(np.asarray(self._scores, np.float32),
+                                  np.asarray(self._timed_out, bool),
+                                  np.asarray(self._crashed, bool))
         self._pool._pending = None
         return self._result
 
@@ -271,16 +299,21 @@ class Pool:
                 worker.start()
         return self._workers
 
-    def submit(self, items: Sequence[Item], timeout_s: float) -> Pending:
-        """Starts scoring `items`; a batch still pending is collected first."""
+    def open(self, timeout_s: float) -> Pending:
+        """An empty batch to `add` items to (a batch still pending is collected first)."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         if self._pending is not None:
             self._pending.result()
         self._ready()
-        pending = Pending(self, list(items), float(timeout_s))
-        self._pending = pending
-        return pending
+        self._pending = Pending(self, float(timeout_s))
+        return self._pending
+
+    def submit(self, items: Sequence[Item], timeout_s: float) -> Pending:
+        """Starts scoring `items` (`open`, `add`, `close`)."""
+        pending = self.open(timeout_s)
+        pending.add(items)
+        return pending.close()
 
     def run(self, items: Sequence[Item], timeout_s: float) -> PoolResult:
         return self.submit(items, timeout_s).result()

@@ -45,6 +45,7 @@ from rl.rewards import common, pool
 
 CORRECT = 1.0 - 1e-6
 DEFAULT_TIMEOUT_S = 5.0
+_SEND_EVERY = 8  # escalated items handed to the pool at a time while the batch is scanned
 _RESERVED = ("completion", "reference")
 
 
@@ -209,6 +210,16 @@ class RewardSpec:
                 except common.Escalate:
                     pass
 
+    def _pool(self) -> pool.Pool:
+        warm = tuple(n for n in self.names if n in common.WARMERS)
+        modules = {common.VERIFIERS.get(n).__module__ for n in self.names}
+        imports = tuple(m for m in modules if not m.startswith("rl.rewards."))
+        if "__main__" in imports:
+            raise ValueError("a verifier registered in __main__ cannot be imported by the "
+                             "worker processes: define it in a module (or use workers=0 "
+                             "with a verifier that never escalates)")
+        return pool.shared(max(self.workers, 1), warm, imports)
+
     def submit(self, completions: Sequence[Any], references: Sequence[Any] | None
                ) -> PendingRewards:
         """Starts scoring; raises ValueError/RewardInputError for bad input at once."""
@@ -219,7 +230,8 @@ class RewardSpec:
         self.check_inputs(references)
         scores = np.zeros((len(self.terms), len(completions)), np.float32)
         slots: list[tuple[int, int]] = []
-        items: list[pool.Item] = []
+        waiting: pool.Pending | None = None
+        buffer: list[pool.Item] = []
         for t, name in enumerate(self.names):
             verify, options = common.VERIFIERS.get(name), dict(self.options[name])
             for i, (completion, ref) in enumerate(zip(completions, references, strict=True)):
@@ -229,18 +241,16 @@ class RewardSpec:
                 except common.Escalate:
                     pass
                 slots.append((t, i))
-                items.append((name, completion, ref, options))
-        waiting = None
-        if items:
-            warm = tuple(n for n in self.names if n in common.WARMERS)
-            modules = {common.VERIFIERS.get(n).__module__ for n in self.names}
-            imports = tuple(m for m in modules if not m.startswith("rl.rewards."))
-            if "__main__" in imports:
-                raise ValueError("a verifier registered in __main__ cannot be imported by the "
-                                 "worker processes: define it in a module (or use workers=0 "
-                                 "with a verifier that never escalates)")
-            waiting = pool.shared(max(self.workers, 1), warm, imports).submit(
-                items, self.timeout_s)
+                buffer.append((name, completion, ref, options))
+                if len(buffer) >= _SEND_EVERY:  # the workers start while this loop goes on
+                    waiting = waiting or self._pool().open(self.timeout_s)
+                    waiting.add(buffer)
+                    buffer = []
+        if buffer:
+            waiting = waiting or self._pool().open(self.timeout_s)
+            waiting.add(buffer)
+        if waiting is not None:
+            waiting.close()
         return PendingRewards(self, len(completions), scores, waiting, slots)
 
     def score(self, completions: Sequence[Any], references: Sequence[Any] | None) -> Rewards:
