@@ -10,6 +10,7 @@
   rl.data         procedural tasks and prompt sources
   rl.learner      `TrainState` and the jitted, sharded policy update
   rl.trainer      the RL loop (rollouts, rewards, advantages, update, eval, logs)
+  rl.groups       the completions a step keeps and their reward statistics
   rl.sft          the supervised warm start
   rl.evaluation   held-out greedy accuracy and pass@k
   rl.logs         metrics.jsonl, TensorBoard, console progress, progress.png

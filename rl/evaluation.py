@@ -24,9 +24,6 @@ import sampling
 from rl import rewards as rewards_lib
 from rl.build import Run
 
-CORRECT = rewards_lib.CORRECT
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k of the n samples (c correct) is correct."""
     if not 0 <= c <= n or not 1 <= k <= n:

@@ -32,7 +32,6 @@ position, warning counters, the reference policy's checksum).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -52,34 +51,11 @@ from rl.batch import assemble
 from rl.build import Run, export, needs_reference
 from rl.data.sources import batches
 from rl.faults import Faults
+from rl.groups import Groups, all_alike, finish_rewards
 from rl.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
 ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
-
-
-@dataclasses.dataclass
-class Groups:
-    """The completions kept for one update, grouped by prompt (rows prompt-major)."""
-
-    prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per group
-    completions: list[list[int]] = dataclasses.field(default_factory=list)
-    logp: list[np.ndarray] = dataclasses.field(default_factory=list)
-    rewards: list[float] = dataclasses.field(default_factory=list)
-    correct: list[bool] = dataclasses.field(default_factory=list)
-    group_ids: list[int] = dataclasses.field(default_factory=list)
-    paths: list[np.ndarray] = dataclasses.field(default_factory=list)
-    truncated: list[bool] = dataclasses.field(default_factory=list)
-    rows: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (round, row)
-
-    @property
-    def num_groups(self) -> int:
-        return len(self.prompts)
-
-
-def _all_alike(correct: np.ndarray) -> bool:
-    """True if a group's samples are all correct or all wrong (dynamic sampling drops it)."""
-    return bool(correct.all() or not correct.any())
 
 
 def optimizer_for(cfg) -> Any:
@@ -185,57 +161,15 @@ class Trainer:
             sampled.append((rollouts, pending))
             for p in range(len(examples)):
                 rows = np.flatnonzero(rollouts.prompt_index == p)
-                if scored is not None and _all_alike(scored.correct[rows]):
+                if scored is not None and all_alike(scored.correct[rows]):
                     continue  # dynamic sampling: nothing to learn from this group
                 if kept.num_groups >= want:
                     continue
-                self._keep(kept, prompts[p], rollouts, rows, len(sampled) - 1)
+                kept.add(prompts[p], rollouts, rows, len(sampled) - 1)
             if kept.num_groups >= want:
                 break
         stats: dict[str, float] = {}
-        return kept, stats, lambda: self._finish_rewards(kept, sampled, stats)
-
-    def _keep(self, kept: Groups, prompt: list[int], rollouts, rows, round_: int) -> None:
-        gid = kept.num_groups
-        kept.prompts.append(prompt)
-        for r in rows:
-            kept.completions.append(rollouts.completion(r))
-            kept.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
-            kept.group_ids.append(gid)
-            kept.truncated.append(rollouts.finish_reason[r] == "length")
-            kept.rows.append((round_, int(r)))
-            if rollouts.paths is not None:
-                kept.paths.append(rollouts.paths[r])
-
-    @staticmethod
-    def _finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
-        """Waits for every round's rewards; fills the kept rows' and the stats."""
-        results = [pending.result() for _, pending in sampled]
-        kept.rewards = [float(results[k].total[r]) for k, r in kept.rows]
-        kept.correct = [bool(results[k].correct[r]) for k, r in kept.rows]
-        total = np.concatenate([res.total for res in results])
-        correct = np.concatenate([res.correct for res in results])
-        groups = zero_std = gen_tokens = longest = 0
-        for (rollouts, _), res in zip(sampled, results, strict=True):
-            gen_tokens += int(rollouts.lengths.sum())
-            longest = max(longest, int(rollouts.lengths.max()))
-            for p in range(int(rollouts.prompt_index.max()) + 1):
-                rows = np.flatnonzero(rollouts.prompt_index == p)
-                groups += 1
-                zero_std += int(np.ptp(res.total[rows]) == 0)
-        names = results[0].parts.keys()
-        stats.update({
-            "frac_reward_zero_std": zero_std / groups,
-            "dynamic/rounds": len(results), "dynamic/kept_groups": kept.num_groups,
-            "sampled/reward_mean": float(total.mean()),
-            "sampled/accuracy": float(correct.mean()),
-            "sampled/all_zero": int(not np.any(total)),
-            "sampled/response_length_max": longest,
-            "generated_tokens": gen_tokens,
-            "reward/timeouts": sum(res.timeouts for res in results),
-            "reward/crashes": sum(res.crashes for res in results)})
-        stats.update({f"reward/{name}": float(np.concatenate(
-            [res.parts[name] for res in results]).mean()) for name in names})
+        return kept, stats, lambda: finish_rewards(kept, sampled, stats)
 
     # -- advantages ---------------------------------------------------------------------------
     def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):

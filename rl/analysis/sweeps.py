@@ -29,10 +29,10 @@ import jax
 import numpy as np
 
 from rl.analysis.pairs import Policy
+from rl.rewards.spec import CORRECT  # a verifier gives 1.0 for a correct answer
 from sampling import SamplingParams
 from sampling.lockstep import MixRule, lockstep_generate
 
-CORRECT = 1.0 - 1e-6  # a verifier gives 1.0 for a correct answer (rl.evaluation)
 DIRECTIONS = {"forward": "base", "reverse": "rl"}  # direction -> the policy that decodes
 
 

@@ -36,10 +36,10 @@ import numpy as np
 from rl.rewards import arithmetic, countdown, math_answer  # noqa: F401 - register
 from rl.rewards import format as _format  # noqa: F401 - register
 from rl.rewards.common import VERIFIERS, RewardInputError, Verifier
-from rl.rewards.spec import CORRECT, DEFAULT_TIMEOUT_S, RewardSpec, Rewards, call
+from rl.rewards.spec import CORRECT, DEFAULT_TIMEOUT_S, RewardSpec, Rewards
 
 __all__ = ["CORRECT", "VERIFIERS", "RewardInputError", "RewardSpec", "Rewards", "get",
-           "names", "score", "score_one"]
+           "names", "score"]
 
 
 def names() -> list[str]:
@@ -52,14 +52,8 @@ def get(name: str) -> Verifier:
 
     Called directly it runs in this process: the `math` verifier raises
     `common.Escalate` for an answer only its library fallback can settle; use
-    `score_one` or `score`, which send such items to a worker process."""
+    `score` or a `RewardSpec`, which send such items to a worker process."""
     return VERIFIERS.get(name)
-
-
-def score_one(verify: Verifier, completion: object, reference: object,
-              options: dict[str, Any]) -> float:
-    """One item scored in this process (a worker's entry point; see `spec.call`)."""
-    return call(verify, completion, reference, options)
 
 
 def score(name: str, completions: Sequence[str], references: Sequence[Any] | None, *,

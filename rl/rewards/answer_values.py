@@ -116,6 +116,14 @@ def special(text: str) -> Fraction | float | None:
     return None
 
 
+def tree(text: str, *, names: bool) -> Node:
+    """The supported LaTeX subset of `text` parsed (`latex.to_plain`, then
+    `expression.parse` with powers and implicit products; single-letter variables
+    with `names`). Raises LatexError / ExpressionError (TooLarge among them)."""
+    return parse(latex.to_plain(text), allow_names=names, allow_power=True,
+                 allow_implicit=True, max_length=4 * MAX_ANSWER_CHARS, max_depth=64)
+
+
 def number(text: str) -> tuple[Fraction, bool] | None:
     """(exact value, written with a decimal point) of a purely numeric answer, else None.
 
@@ -124,15 +132,14 @@ def number(text: str) -> tuple[Fraction, bool] | None:
     if value is not None:
         return value, False
     try:
-        tree = parse(latex.to_plain(text), allow_power=True, allow_implicit=True,
-                     max_length=4 * MAX_ANSWER_CHARS, max_depth=64)
+        node = tree(text, names=False)
     except TooLarge:
         raise
     except (latex.LatexError, ExpressionError):
         return None
-    check_bounded(tree)
+    check_bounded(node)
     try:
-        return evaluate(tree), has_decimal(tree)
+        return evaluate(node), has_decimal(node)
     except TooLarge:
         raise
     except ExpressionError:
@@ -199,9 +206,7 @@ def unbounded(text: str) -> bool:
     if big_factorial(text):
         return True
     try:
-        tree = parse(latex.to_plain(text), allow_names=True, allow_power=True,
-                     allow_implicit=True, max_length=4 * MAX_ANSWER_CHARS, max_depth=64)
-        check_bounded(tree)
+        check_bounded(tree(text, names=True))
     except TooLarge:
         return True
     except (latex.LatexError, ExpressionError):

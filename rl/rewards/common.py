@@ -6,10 +6,10 @@ keyword-only so that `rl.registry.check_kwargs` can reject a misspelt one.
 
 A verifier with work that needs a hard time limit (the `math` verifier's
 library fallback) raises `Escalate` when it runs in the caller's process
-(`IN_WORKER` False): `rl.rewards.score_one` then scores that item in a worker
-process of `rl.rewards.pool`, where `IN_WORKER` is True and the verifier does
-the work itself. `WARMERS` maps a verifier name to a hook a worker runs at
-start-up (imports), so that no item's timeout pays for it.
+(`IN_WORKER` False): `RewardSpec.submit` (`rl.rewards.spec`) then scores that
+item in a worker process of `rl.rewards.pool`, where `IN_WORKER` is True and
+the verifier does the work itself. `WARMERS` maps a verifier name to a hook a
+worker runs at start-up (imports), so that no item's timeout pays for it.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 
 from rl.rewards import latex
-from rl.rewards.common import RewardInputError
+from rl.rewards.common import RewardInputError, last_answer_tag
 
 FORMATS = ("boxed", "answer_tag", "gsm8k", "final_answer", "answer_is", "answer_colon")
 DEFAULT_FORMATS = ",".join(FORMATS)
@@ -160,16 +160,12 @@ def _encloses(outer: str, inner: str) -> bool:
 
 
 def _answer_tag(text: str) -> str | None | bool:
-    close = text.rfind("</answer>")
-    start = text.rfind("<answer>")
-    if start > close:  # opened after the last close, never closed: cut off
+    if text.rfind("<answer>") > text.rfind("</answer>"):  # opened, never closed: cut off
         return None
-    if close < 0:
+    content = last_answer_tag(text)
+    if content is None:
         return False
-    start = text.rfind("<answer>", 0, close)
-    if start < 0:
-        return False
-    content = text[start + len("<answer>"):close].strip()
+    content = content.strip()
     return (_line_answer(content) if "\n" not in content else content) or None
 
 

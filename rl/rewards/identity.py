@@ -32,7 +32,7 @@ from fractions import Fraction
 from rl.rewards import answer_values as av
 from rl.rewards import latex
 from rl.rewards.expression import (
-    DivisionByZero, ExpressionError, Node, TooLarge, evaluate, parse)
+    DivisionByZero, ExpressionError, Node, TooLarge, evaluate)
 
 TRIALS = 3
 MAX_ATTEMPTS = 12  # points tried (some may divide by zero) before giving up
@@ -46,8 +46,7 @@ _DELIMITERS = re.compile(r"\\(?:left|right)\s*[()\[\].]?|\\[dt]?displaystyle")
 def _tree(text: str) -> Node | None:
     """The rational expression of `text` in single-letter variables, else None."""
     try:
-        tree = parse(latex.to_plain(text), allow_names=True, allow_power=True,
-                     allow_implicit=True, max_length=4 * av.MAX_ANSWER_CHARS, max_depth=64)
+        tree = av.tree(text, names=True)
     except (latex.LatexError, ExpressionError):
         return None
     stack = [tree]
@@ -204,9 +203,7 @@ def constants_differ(a: list[str], b: list[str]) -> bool:
     say "different": floating point can tell values apart, not prove them equal."""
     for x, y in zip(a, b, strict=True):
         try:
-            fx, fy = (_float(parse(latex.to_plain(t), allow_names=True, allow_power=True,
-                                   allow_implicit=True, max_length=4 * av.MAX_ANSWER_CHARS,
-                                   max_depth=64)) for t in (x, y))
+            fx, fy = (_float(av.tree(t, names=True)) for t in (x, y))
         except (latex.LatexError, ExpressionError, ValueError, ArithmeticError, KeyError,
                 TypeError):
             continue

@@ -19,7 +19,7 @@ Two stages, so that each answer is settled by whichever is right for it:
    It runs only in a worker process of `rl.rewards.pool`, under a hard,
    killable per-item timeout (no `signal.alarm`; its own timeouts are off).
    Called in the caller's process, this verifier raises `common.Escalate` for
-   such an item and `rl.rewards.score_one` sends it to a worker.
+   such an item and `RewardSpec.submit` sends it to a worker.
 
 The answer is found by `rl.rewards.extract` (`answer_formats`, `search`); a
 truncated (unclosed box, cut-off `<think>`/`<answer>`) or hedged (boxes that

@@ -9,7 +9,7 @@ live), runs the warm-up hook of each verifier named in WARM (comma-separated,
 batches until the parent closes its socket or sends None. A batch is a list of
 `(index, verifier, completion, reference, options)`; for each item it sends
 `("done", index, score, monotonic time)` as soon as the item is scored, after a
-`("start", monotonic time)` for the batch. Scoring is `rl.rewards.score_one`:
+`("start", monotonic time)` for the batch. Scoring is `rl.rewards.spec.call`:
 a verifier's exception gives 0.0 (a `RewardInputError` too: the parent has
 already checked references and options before submitting).
 """
@@ -35,6 +35,7 @@ def serve(fd: int, memory_limit: int, warm: list[str], imports: list[str]) -> No
     _limit_memory(memory_limit)
     from rl import rewards
     from rl.rewards import common
+    from rl.rewards.spec import call
 
     common.IN_WORKER = True
     for module in imports:
@@ -54,7 +55,7 @@ def serve(fd: int, memory_limit: int, warm: list[str], imports: list[str]) -> No
         conn.send(("start", time.monotonic()))
         for index, name, completion, reference, options in batch:
             try:
-                score = rewards.score_one(rewards.get(name), completion, reference, options)
+                score = call(rewards.get(name), completion, reference, options)
             except Exception:  # noqa: BLE001 - a RewardInputError here is the parent's to raise
                 score = 0.0
             conn.send(("done", index, score, time.monotonic()))

@@ -1,0 +1,84 @@
+"""The completions a step keeps for its update, and their reward statistics.
+
+    kept = Groups()
+    kept.add(prompt, rollouts, rows, round_)        # one prompt's samples, rewards pending
+    finish_rewards(kept, sampled, stats)            # waits for the rewards, fills both
+
+`rl.trainer.Trainer.collect` samples rounds of prompts and submits each round's
+completions to the run's reward (`rl.rewards.RewardSpec.submit`); the kept
+rows remember (round, row) so their rewards can be filled in once the workers
+are done, after the caller has dispatched its device work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Groups:
+    """The completions kept for one update, grouped by prompt (rows prompt-major)."""
+
+    prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per group
+    completions: list[list[int]] = dataclasses.field(default_factory=list)
+    logp: list[np.ndarray] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    correct: list[bool] = dataclasses.field(default_factory=list)
+    group_ids: list[int] = dataclasses.field(default_factory=list)
+    paths: list[np.ndarray] = dataclasses.field(default_factory=list)
+    truncated: list[bool] = dataclasses.field(default_factory=list)
+    rows: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (round, row)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.prompts)
+
+    def add(self, prompt: list[int], rollouts, rows, round_: int) -> None:
+        """Keeps one prompt's rollout `rows` (of sampling round `round_`) as a group."""
+        gid = self.num_groups
+        self.prompts.append(prompt)
+        for r in rows:
+            self.completions.append(rollouts.completion(r))
+            self.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
+            self.group_ids.append(gid)
+            self.truncated.append(rollouts.finish_reason[r] == "length")
+            self.rows.append((round_, int(r)))
+            if rollouts.paths is not None:
+                self.paths.append(rollouts.paths[r])
+
+
+def all_alike(correct: np.ndarray) -> bool:
+    """True if a group's samples are all correct or all wrong (dynamic sampling drops it)."""
+    return bool(correct.all() or not correct.any())
+
+
+def finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
+    """Waits for every round's rewards (`sampled`: [(rollouts, PendingRewards)]); fills
+    the kept rows' rewards and correctness, and the step's reward statistics."""
+    results = [pending.result() for _, pending in sampled]
+    kept.rewards = [float(results[k].total[r]) for k, r in kept.rows]
+    kept.correct = [bool(results[k].correct[r]) for k, r in kept.rows]
+    total = np.concatenate([res.total for res in results])
+    correct = np.concatenate([res.correct for res in results])
+    groups = zero_std = gen_tokens = longest = 0
+    for (rollouts, _), res in zip(sampled, results, strict=True):
+        gen_tokens += int(rollouts.lengths.sum())
+        longest = max(longest, int(rollouts.lengths.max()))
+        for p in range(int(rollouts.prompt_index.max()) + 1):
+            rows = np.flatnonzero(rollouts.prompt_index == p)
+            groups += 1
+            zero_std += int(np.ptp(res.total[rows]) == 0)
+    stats.update({
+        "frac_reward_zero_std": zero_std / groups,
+        "dynamic/rounds": len(results), "dynamic/kept_groups": kept.num_groups,
+        "sampled/reward_mean": float(total.mean()),
+        "sampled/accuracy": float(correct.mean()),
+        "sampled/all_zero": int(not np.any(total)),
+        "sampled/response_length_max": longest,
+        "generated_tokens": gen_tokens,
+        "reward/timeouts": sum(res.timeouts for res in results),
+        "reward/crashes": sum(res.crashes for res in results)})
+    stats.update({f"reward/{name}": float(np.concatenate(
+        [res.parts[name] for res in results]).mean()) for name in results[0].parts})
