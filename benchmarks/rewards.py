@@ -15,10 +15,13 @@ Three measurements on the project's hand-labelled (gold, completion) pairs
    alternating over repeats (math-verify's parse caches hold 20 entries, so a
    repeat over 1,333 pairs does not reuse them); medians;
 3. parallel scoring: 1,024 MATH-style completions (non-adversarial pairs in a
-   fixed shuffled order) with `workers=0` (serial) and `workers=2`, alternating
-   over `--repeats` runs, each with freshly started workers, warmed on 16 other
-   pairs ("cold", a run's first batches) or on all the other non-adversarial
-   pairs ("warm", a long run's steady state); medians and the median of paired
+   fixed shuffled order) scored serially (one completion at a time in one fresh
+   process, both stages there, as rewards were scored before the pool), with
+   `workers=0` (the exact stage in this process, escalations in one worker) and
+   with `workers=2`, alternating over `--repeats` runs, each with fresh
+   processes, warmed on 16 other pairs ("cold", a run's first batches) or on all
+   the other non-adversarial pairs ("warm", a long run's steady state); memoised
+   verdicts are cleared before each timed run; medians and the median of paired
    ratios. For scale,
    the same 1-vs-2 worker comparison on a pure CPU loop (`sum(range(n))` per
    item) shows what the machine's two cores allow.
@@ -36,6 +39,7 @@ import logging
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -82,7 +86,9 @@ def throughput(pairs, repeats: int, log) -> dict:
     completions, golds = [p.completion for p in pairs], [p.gold for p in pairs]
     verify(parse("$(x+1)^2$"), parse("\\boxed{x^2+2x+1}"))  # imports, first parse
     ours, theirs = [], []
+    from rl.rewards import math_answer
     for _ in range(repeats):  # alternating; a fresh escalation worker each time
+        math_answer.forget()  # memoised verdicts serve one repeat only
         spec = RewardSpec.build("math", workers=0)
         spec.score(["\\boxed{x^2+2x+1}"], ["(x+1)^2"])  # start and warm it
         start = time.perf_counter()
@@ -102,32 +108,72 @@ def throughput(pairs, repeats: int, log) -> dict:
             "ratio": lib / mine, "paired_ratio": paired}
 
 
-def parallel(pairs, size: int, repeats: int, log) -> dict:
+def _batches(pairs, size: int) -> dict:
+    """The timed batch and, per regime, the pairs that warm a process up first: "cold", 16
+    other pairs (a run's first batches); "warm", all the other non-adversarial pairs (a
+    long run's steady state: ANTLR's DFA cache filled)."""
     order = list(range(len(pairs)))
     random.Random(0).shuffle(order)
-    batch = [pairs[i] for i in order[:size]]
+    return {"batch": [pairs[i] for i in order[:size]],
+            "cold": [pairs[i] for i in order[size:size + 16]],
+            "warm": [pairs[i] for i in order[size:]]}
+
+
+def serial_child(pairs, size: int, regime: str) -> None:
+    """Run in a fresh process: scores the batch one completion at a time in this process
+    (how rewards were scored before the pool: no workers, no timeouts), prints seconds."""
+    from rl.rewards import common, spec as spec_module
+    sets = _batches(pairs, size)
+    common.IN_WORKER = True  # the library stage runs here, not in a worker
+    for warm in common.WARMERS.values():
+        warm()
+    verify = common.VERIFIERS.get("math")
+    options = dict(RewardSpec.build("math").options["math"])
+    for p in sets[regime]:
+        spec_module.call(verify, p.completion, p.gold, options)
+    start = time.perf_counter()
+    for p in sets["batch"]:
+        spec_module.call(verify, p.completion, p.gold, options)
+    print(time.perf_counter() - start)
+
+
+def _serial_seconds(size: int, regime: str) -> float:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--serial_child", regime,
+                          "--size", str(size)], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def parallel(pairs, size: int, repeats: int, log) -> dict:
+    from rl.rewards import math_answer
+    sets = _batches(pairs, size)
+    batch = sets["batch"]
     out = {"completions": len(batch), "repeats": repeats}
-    # "cold": workers warmed on 16 other pairs (a run's first batches); "warm": on all the
-    # other non-adversarial pairs (a long run's steady state: parse caches and ANTLR's
-    # DFA cache filled)
-    for regime, warmup in (("cold", [pairs[i] for i in order[size:size + 16]]),
-                           ("warm", [pairs[i] for i in order[size:]])):
-        times: dict[int, list[float]] = {0: [], 2: []}
-        for _ in range(repeats):  # alternating, each with freshly started workers
-            for workers in (0, 2):
+    for regime in ("cold", "warm"):
+        warmup = sets[regime]
+        times: dict[str, list[float]] = {"serial": [], "pool1": [], "pool2": []}
+        for _ in range(repeats):  # alternating, each with fresh processes
+            times["serial"].append(_serial_seconds(size, regime))
+            for workers, key in ((0, "pool1"), (2, "pool2")):
                 spec = RewardSpec.build("math", workers=workers)
                 spec.score([p.completion for p in warmup], [p.gold for p in warmup])
+                math_answer.forget()  # nothing of an earlier repeat is remembered
                 start = time.perf_counter()
                 spec.score([p.completion for p in batch], [p.gold for p in batch])
-                times[workers].append(time.perf_counter() - start)
+                times[key].append(time.perf_counter() - start)
                 pool.close_all()
-        serial, two = statistics.median(times[0]), statistics.median(times[2])
-        paired = statistics.median(b / a for a, b in zip(times[0], times[2], strict=True))
-        log(f"{len(batch)} completions, {regime} workers, {repeats} alternating repeats: "
-            f"serial {serial:.2f}s, 2 workers {two:.2f}s (medians), ratio {two / serial:.2f} "
-            f"(paired median {paired:.2f})")
-        out[regime] = {"serial_s": times[0], "workers2_s": times[2], "ratio": two / serial,
-                       "paired_ratio": paired}
+        med = {k: statistics.median(v) for k, v in times.items()}
+        paired = {k: statistics.median(b / a for a, b in zip(times["serial"], times[k],
+                                                            strict=True))
+                  for k in ("pool1", "pool2")}
+        log(f"{len(batch)} completions, {regime}, {repeats} alternating repeats (medians): "
+            f"serial {med['serial']:.2f}s, 1 worker {med['pool1']:.2f}s, 2 workers "
+            f"{med['pool2']:.2f}s; 2 workers / serial {med['pool2'] / med['serial']:.2f} "
+            f"(paired median {paired['pool2']:.2f}), 2 workers / 1 worker "
+            f"{med['pool2'] / med['pool1']:.2f}")
+        out[regime] = {"serial_s": times["serial"], "workers0_s": times["pool1"],
+                       "workers2_s": times["pool2"], "ratio": med["pool2"] / med["serial"],
+                       "paired_ratio": paired["pool2"],
+                       "ratio_vs_one_worker": med["pool2"] / med["pool1"]}
     cpu = {1: [], 2: []}
     items = [("misbehave", "loop:300000", None, {})] * 200
     for _ in range(repeats):  # the machine's ceiling: a pure CPU loop on 1 and 2 workers
@@ -153,9 +199,12 @@ def main() -> None:
     parser.add_argument("--only", choices=("agreement", "throughput", "parallel"),
                         help="run one of the three measurements")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    parser.add_argument("--serial_child", choices=("cold", "warm"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     pairs = list(math_pairs.PAIRS)
     plain = [p for p in pairs if not p.adversarial]
+    if args.serial_child:
+        return serial_child(plain, args.size, args.serial_child)
     print(f"{len(pairs)} labelled pairs ({len(plain)} non-adversarial)", flush=True)
     runs = {"agreement": lambda: agreement(pairs, args.workers, print),
             "throughput": lambda: throughput(plain, max(3, args.repeats // 2), print),

@@ -41,7 +41,15 @@ class RewardInputError(ValueError):
 
 
 class Escalate(Exception):  # noqa: N818 - a signal, not an error
-    """Raised by a verifier outside a worker: score this item in a worker process."""
+    """Raised by a verifier outside a worker: score this item in a worker process.
+
+    `key` (hashable, optional): what the worker's score depends on, given the
+    verifier's options (the `math` verifier's extracted answer and reference).
+    Items of one batch that escalate with equal keys are scored once."""
+
+    def __init__(self, key: object = None):
+        super().__init__(key)
+        self.key = key
 
 
 def last_answer_tag(text: str) -> str | None:

@@ -29,6 +29,7 @@ disagree) answer is no answer. Options: `answer_formats`, `search`,
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from fractions import Fraction
@@ -51,8 +52,15 @@ _HEDGES = re.compile(r"\b(?:possibly|maybe|probably|perhaps|either|might)\b", re
 _log = logging.getLogger(__name__)
 
 
+MEMO_SIZE = 1 << 14  # (answer, reference) verdicts remembered per process, each stage
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def judge(answer: str, reference: str) -> bool | None:
-    """Stage 1: True/False when the fast parser is sure, None to ask the library."""
+    """Stage 1: True/False when the fast parser is sure, None to ask the library.
+
+    Memoised: a prompt's samples share its reference and often reach the same
+    answer (580 distinct pairs among the benchmark's 1,024 completions)."""
     if len(answer) > av.MAX_ANSWER_CHARS or "\x00" in answer or _FORBIDDEN.search(answer):
         return False
     if _HEDGES.search(answer) and not _HEDGES.search(reference):
@@ -71,7 +79,7 @@ def judge(answer: str, reference: str) -> bool | None:
             for t in (answer, reference)))
         if decision is not None:  # before `normalize` drops a leading "y ="
             return decision
-    pred, gold = av.normalize(answer), av.normalize(reference)
+    pred, gold = _normalized(answer), _normalized(reference)
     if not pred or not gold:
         return False
     if pred.replace(" ", "") == gold.replace(" ", "") \
@@ -82,12 +90,11 @@ def judge(answer: str, reference: str) -> bool | None:
                                   or pred.isupper() and gold.isupper()):
         return choice_a.group(1).upper() == choice_b.group(1).upper()
     try:
-        kind_a, elements_a = av.split(pred)
-        kind_b, elements_b = av.split(gold)
-        if max(len(elements_a), len(elements_b)) > av.MAX_ELEMENTS:
-            return False
-        values_a, values_b = av.values(elements_a), av.values(elements_b)
+        (kind_a, elements_a, values_a), (kind_b, elements_b, values_b) = \
+            _parts(pred), _parts(gold)
     except TooLarge:  # a number too large to build: never a right answer
+        return False
+    if max(len(elements_a), len(elements_b)) > av.MAX_ELEMENTS:
         return False
     canon_a = sorted(e.replace(" ", "") for e in elements_a)
     canon_b = sorted(e.replace(" ", "") for e in elements_b)
@@ -122,14 +129,36 @@ def judge(answer: str, reference: str) -> bool | None:
     return None
 
 
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _normalized(text: str) -> str:
+    return av.normalize(text)
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _parts(text: str) -> tuple[str, tuple[str, ...], tuple | None]:
+    """(kind, elements, their exact values or None) of a normalised answer; memoised, as
+    the reference is the same for a prompt's samples. TooLarge for a huge number."""
+    kind, elements = av.split(text)
+    values = av.values(elements) if len(elements) <= av.MAX_ELEMENTS else None
+    return kind, tuple(elements), None if values is None else tuple(values)
+
+
+def forget() -> None:
+    """Clears every memoised verdict and parse of this process (for benchmarks)."""
+    for memo in (judge, _normalized, _parts, library_equal):
+        memo.cache_clear()
+
+
 # -- stage 2: math-verify, in a worker -------------------------------------------------------
 def _quiet() -> None:
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+@functools.lru_cache(maxsize=MEMO_SIZE)
 def library_equal(answer: str, reference: str) -> bool:
-    """math-verify's verdict on two answer strings (no signal timeouts: call in a worker)."""
+    """math-verify's verdict on two answer strings (no signal timeouts: call in a worker).
+    Memoised like `judge` (a worker gets a prompt's samples together)."""
     import math_verify
     _quiet()
     gold = math_verify.parse(f"\\boxed{{{av.unicode(reference)}}}", parsing_timeout=None)
@@ -139,9 +168,24 @@ def library_equal(answer: str, reference: str) -> bool:
     return bool(math_verify.verify(gold, pred, timeout_seconds=None))
 
 
+# One pair per answer shape the library settles (radicals, pi, intervals and unions, plus-
+# minus lists, matrices, equations, functions, text): parsing them once at start-up fills
+# ANTLR's parser caches, so a fresh worker's first items cost what later ones do.
+_WARM_PAIRS = (("x^2+2x+1", "(x+1)^2"), ("\\frac{\\sqrt{6}}{3}", "\\sqrt{\\frac{2}{3}}"),
+               ("3\\pi/4", "\\frac{3\\pi}{4}"), ("(-\\infty, 0] \\cup (1, 2)", "[1, 2)"),
+               ("2 \\pm \\sqrt{5}", "2+\\sqrt{5}, 2-\\sqrt{5}"), ("\\{1, 3\\}", "3, 1"),
+               ("\\begin{pmatrix} 1 \\\\ \\sqrt{9} \\end{pmatrix}",
+                "\\begin{bmatrix} 1 \\\\ 3 \\end{bmatrix}"), ("y = 2x - 1", "2x - y = 1"),
+               ("e^{2x}\\sin x", "\\sin(x) e^{2x}"), ("\\dbinom{6}{2}", "\\text{fifteen}"),
+               ("\\log_2 8 + 3i", "3 + 3i"), ("\\mathbb{R}", "(-\\infty, \\infty)"))
+
+
 def warm() -> None:
-    """Imports math-verify and runs it once (a worker's start-up, not an item's time)."""
-    library_equal("x^2+2x+1", "(x+1)^2")
+    """Imports math-verify and runs it on `_WARM_PAIRS` (a worker's start-up, not an item's
+    time), then forgets those verdicts."""
+    for answer, reference in _WARM_PAIRS:
+        library_equal(answer, reference)
+    forget()
 
 
 common.WARMERS["math"] = warm
@@ -178,6 +222,6 @@ def verify(completion: str, reference: str, *, answer_formats: str = extract.DEF
         if not fallback:
             return 0.0
         if not common.IN_WORKER:
-            raise common.Escalate
+            raise common.Escalate((answer, reference))
         decision = library_equal(answer, reference)
     return 1.0 if decision else 0.0

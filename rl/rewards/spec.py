@@ -23,9 +23,10 @@ worker). Each item is first scored in the calling process; the items a verifier
 escalates (`common.Escalate`: the `math` verifier's library fallback, or a
 verifier that escalates everything when `common.IN_WORKER` is False) go to a
 pool of `max(workers, 1)` processes (`rl.rewards.pool`), scored while the
-caller goes on. The project's verifiers are bounded and linear in the
-calling process; sending every item to a worker instead would cost more in
-transfer than their exact checks take (measured: benchmarks/RESULTS.md).
+caller goes on; items of a batch that escalate with equal keys are sent
+once. The project's verifiers are bounded and linear in the calling
+process; sending every item to a worker instead would cost more in transfer
+than their exact checks take (measured: benchmarks/RESULTS.md).
 `timeout_s` bounds each item's time in a worker; timeouts and worker crashes
 score 0 and are counted.
 """
@@ -135,7 +136,7 @@ class PendingRewards:
     """A submitted batch (`RewardSpec.submit`); `result()` waits for it."""
 
     def __init__(self, spec: RewardSpec, n: int, scores: np.ndarray,
-                 waiting: pool.Pending | None, slots: list[tuple[int, int]]):
+                 waiting: pool.Pending | None, slots: list[tuple[int, int, int]]):
         self._spec, self._n, self._scores, self._waiting, self._slots = \
             spec, n, scores, waiting, slots
         self._result: Rewards | None = None
@@ -146,9 +147,10 @@ class PendingRewards:
         timeouts = crashes = 0
         if self._waiting is not None:
             out = self._waiting.result()
-            for k, (t, i) in enumerate(self._slots):
+            for t, i, k in self._slots:  # a completion's timeout or crash counts for it
                 self._scores[t, i] = out.scores[k]
-            timeouts, crashes = int(out.timed_out.sum()), int(out.crashed.sum())
+                timeouts += int(out.timed_out[k])
+                crashes += int(out.crashed[k])
         spec = self._spec
         parts = {name: self._scores[t] for t, (name, _) in enumerate(spec.terms)}
         weights = np.asarray([w for _, w in spec.terms], np.float32)
@@ -229,7 +231,9 @@ class RewardSpec:
             raise ValueError(f"{len(completions)} completions but {len(references)} references")
         self.check_inputs(references)
         scores = np.zeros((len(self.terms), len(completions)), np.float32)
-        slots: list[tuple[int, int]] = []
+        slots: list[tuple[int, int, int]] = []  # (term, completion, pool item)
+        sent: dict[tuple, int] = {}  # (verifier, escalation key) -> pool item
+        items = 0  # sent to the pool so far
         waiting: pool.Pending | None = None
         buffer: list[pool.Item] = []
         for t, name in enumerate(self.names):
@@ -238,9 +242,15 @@ class RewardSpec:
                 try:
                     scores[t, i] = call(verify, completion, ref, options)
                     continue
-                except common.Escalate:
-                    pass
-                slots.append((t, i))
+                except common.Escalate as escalation:
+                    key = None if escalation.key is None else (name, escalation.key)
+                if key is not None and key in sent:  # the same work: scored once
+                    slots.append((t, i, sent[key]))
+                    continue
+                slots.append((t, i, items))
+                if key is not None:
+                    sent[key] = items
+                items += 1
                 buffer.append((name, completion, ref, options))
                 if len(buffer) >= _SEND_EVERY:  # the workers start while this loop goes on
                     waiting = waiting or self._pool().open(self.timeout_s)

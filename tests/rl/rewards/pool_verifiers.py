@@ -5,7 +5,8 @@ The completion says what to do: "sleep:S" sleeps S seconds then scores 1,
 "spin" loops in C forever (no signal could stop it), "exit" kills the worker
 process, "hog" allocates until the worker's memory limit stops it, "pid"
 scores the worker's process id (to see which process scored), anything else
-scores 1.
+scores 1. `keyed` escalates with the reference as its key and then, in a
+worker, does what the reference says (the same instructions).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 
+from rl.rewards import common
 from rl.rewards.common import VERIFIERS
 
 
@@ -33,3 +35,11 @@ def misbehave(completion: str, reference: object = None) -> float:
     elif completion == "pid":
         return float(os.getpid())
     return 1.0
+
+
+@VERIFIERS.register("keyed")
+def keyed(completion: str, reference: str) -> float:
+    """Scored in a worker as `misbehave(reference)`; equal references: equal keys."""
+    if not common.IN_WORKER:
+        raise common.Escalate(reference)
+    return misbehave(reference)

@@ -5,8 +5,9 @@ import pytest
 
 from rl import rewards
 from rl.registry import RegistryError
-from rl.rewards import RewardInputError, RewardSpec
+from rl.rewards import RewardInputError, RewardSpec, pool
 from rl.rewards.spec import parse_terms
+from tests.rl.rewards import pool_verifiers  # noqa: F401 - registers "keyed"
 
 COMPLETIONS = ["<think>a</think><answer>\\boxed{4}</answer>", "\\boxed{4}",
                "<answer>5</answer>", "nothing"]
@@ -101,3 +102,23 @@ def test_bad_reference_raises_before_scoring(workers):
 def test_score_takes_one_verifier():
     with pytest.raises(ValueError, match="RewardSpec"):
         rewards.score("math:1,format:1", ["x"], ["1"])
+
+
+def test_equal_escalations_are_scored_once(monkeypatch):
+    sent = []
+    add = pool.Pending.add
+    monkeypatch.setattr(pool.Pending, "add", lambda self, items: (sent.extend(items),
+                                                                  add(self, items)))
+    references = ["pid", "one", "pid", "pid", "one", "pid"]
+    out = RewardSpec.build("keyed", workers=2).score([f"c{i}" for i in range(6)], references)
+    assert sorted(item[2] for item in sent) == ["one", "pid"]  # two items reach the pool
+    pid = out.parts["keyed"][0]
+    assert pid > 1  # a worker's process id, shared by every completion with that key
+    np.testing.assert_array_equal(out.parts["keyed"], [pid, 1, pid, pid, 1, pid])
+
+
+def test_a_shared_timeout_counts_for_every_completion_it_zeroes():
+    references = ["sleep:30", "fine", "sleep:30", "sleep:30"]
+    out = RewardSpec.build("keyed", workers=1, timeout_s=0.5).score(["a"] * 4, references)
+    np.testing.assert_array_equal(out.parts["keyed"], [0, 1, 0, 0])
+    assert (out.timeouts, out.crashes) == (3, 0)
