@@ -35,6 +35,10 @@ rl:             the algorithm (docs/algorithms.md has every name and option).
                    kl.in_reward puts it in the reward instead of the loss.
   reweight.name    "" or a token reweighter (fipo, logp_reweight,
                    divergence_weighted, delta_logp_mask) and its options.
+  overlong.buffer, overlong.factor   DAPO's soft overlong penalty: the last
+                   `buffer` tokens before the completion limit cost up to
+                   -factor reward, linearly (0 = off).
+  overlong.filter  leave completions cut at the limit out of the loss.
   reward.name      verifier (rl.rewards.names()), or several with weights
                    ("math:1.0,format:0.1"); "" uses the procedural task's
                    verifier (file/TFDS data must name one). The verifiers'
@@ -76,7 +80,10 @@ sampling:       rollouts (sampling/).
                    first_branching is "4" or a range "2,8". A leaf has at
                    most tree.segment_len × tree.max_depth tokens, which must
                    not exceed max_new_tokens; segment_len unset = max_new_tokens
-                   // max_depth (a multiple of page_size).
+                   // max_depth (a multiple of page_size). stop_on_boxed and
+                   repetition_chars act on the detokenized text (the trainer
+                   passes the tokenizer); repetition_ngram is the token check
+                   used without one.
 train:          the RL loop (rl/trainer.py).
   steps, prompts_per_step   RL steps and prompts sampled per step.
   epochs, minibatches       PPO epochs over each batch and optimizer steps per
@@ -192,7 +199,8 @@ def rl_section() -> ml_collections.ConfigDict:
     """Algorithm choice by name; None-valued options keep each component's default."""
     rl = ml_collections.ConfigDict()
     rl.advantage = _options(eps=float, ddof=int, std_scope=str, baseline=bool, gamma=float,
-                            scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool)
+                            scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool,
+                            level=str)
     rl.advantage.name = "grpo"
     rl.loss = _options(agg=str, norm_length=float, tis_cap=float, tis_mode=str,
                        eps_low=float, eps_high=float, dual_clip=float, delta_low=float,
@@ -203,8 +211,10 @@ def rl_section() -> ml_collections.ConfigDict:
         {"kind": "k3", "coef": 0.0, "clamp": config_dict.placeholder(float),
          "in_reward": False})
     rl.reweight = _options(c=float, form=str, gamma=float, clip_low=float, clip_high=float,
-                           high_only=bool, neg_ratio_cap=float, alpha=float, fraction=float)
+                           high_only=bool, neg_ratio_cap=float, ratio_mask=float, alpha=float,
+                           divergence=str, quantile=float, start_step=int, method=str)
     rl.reweight.name = ""
+    rl.overlong = ml_collections.ConfigDict({"buffer": 0, "factor": 1.0, "filter": False})
     rl.reward = _options(require_all=bool, format_score=float, pattern=str, max_chars=int,
                          answer_formats=str, search=str, fallback=bool)
     rl.reward.name = ""  # "" = the procedural task's own verifier
@@ -250,15 +260,15 @@ def sampling_section() -> ml_collections.ConfigDict:
     s.segment_len = 64
     s.tree = _options(segment_len=int, max_depth=int, leaves_per_prompt=int,
                       first_branching=str, divergence=int, branch_policy=str,
-                      policy_temperature=float, repetition_ngram=int, repetition_count=int,
-                      fallback=bool)
+                      policy_temperature=float, stop_on_boxed=bool, repetition_chars=int,
+                      repetition_ngram=int, repetition_count=int, fallback=bool)
     return s
 
 
 def train_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
-        "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 3,
+        "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 10,
         "logits_chunk": 256, "log_every": 1, "eval_every": 10, "export_every": 0,
         "warm_start": "", "tensorboard": True, "plot": True})
 

@@ -11,8 +11,9 @@ Estimators (formulas in docs/algorithms.md):
   rloo           R - mean of the other members of the group
   reinforce_pp   global whitening (REINFORCE++); `baseline=True` subtracts the
                  group mean first (registered also as `reinforce_pp_baseline`)
-  mc_grpo        R - median over the G+1 samples of the group, one pivot per
-                 group excluded from the gradient (`gradient_mask`)
+  mc_grpo        (R - median) / (MAD + 1e-3) over the G+1 samples of the group
+                 (the trainer samples the extra one), one pivot per group
+                 excluded from the gradient (`gradient_mask`)
   tree           TreePO per-depth subgroup baselines (rl/tree_advantage.py)
 
 Token-level reweighters (fipo, logp_reweight, divergence_weighted) compose on
@@ -201,18 +202,26 @@ def _mc_grpo_keep(rewards, index, valid) -> jax.Array:
     return valid & ~pivot
 
 
+MAD_EPS = 1e-3  # MC-GRPO's authors: (R - median) / (MAD + 1e-3)
+
+
 @register("mc_grpo", keep=_mc_grpo_keep)
-def _mc_grpo(rewards, index, valid, *, scale: str = "group", eps: float = 1e-6,
+def _mc_grpo(rewards, index, valid, *, scale: str = "mad", eps: float | None = None,
              ddof: int = 1) -> jax.Array:
-    """R - median_g; `scale="group"` divides by the group std (over all G+1), as
-    GRPO does, `scale="none"` keeps the raw difference. The pivot gets 0."""
+    """R - median over the group's G+1 samples, scaled by `scale`:
+    "mad" (the authors' default): / (MAD + eps), MAD = median_g |R - median_g|,
+    eps = 1e-3; "group": / (std_g + eps) over all G+1, eps = 1e-6, as GRPO;
+    "none": the raw difference. The pivot (the median sample) gets 0."""
     median, pivot = _median_pivot(rewards, index, valid)
     adv = rewards - median
-    if scale == "group":
+    if scale == "mad":
+        mad, _ = _median_pivot(jnp.abs(adv), index, valid)
+        adv = adv / (mad + (MAD_EPS if eps is None else eps))
+    elif scale == "group":
         _, _, std = ops.group_moments(rewards, index, valid, ddof)
-        adv = adv / (std + eps)
+        adv = adv / (std + (1e-6 if eps is None else eps))
     elif scale != "none":
-        raise ValueError(f"mc_grpo scale must be 'group' or 'none', got {scale!r}")
+        raise ValueError(f"mc_grpo scale must be 'mad', 'group' or 'none', got {scale!r}")
     return jnp.where(valid & ~pivot, adv, 0.0)
 
 # The tree estimator registers itself into ESTIMATORS on import.

@@ -40,6 +40,9 @@ class Algorithm:
     reweight: str | None
     reweight_options: Mapping[str, Any]
     reward: rewards.RewardSpec
+    overlong_buffer: int = 0
+    overlong_factor: float = 1.0
+    overlong_filter: bool = False
 
 
 def from_config(section: Any) -> Algorithm:
@@ -77,4 +80,7 @@ def from_config(section: Any) -> Algorithm:
         advantage=name, advantage_options=adv, loss=loss_name, loss_options=loss,
         kl_kind=kl_section["kind"], kl_coef=float(kl_section["coef"]),
         kl_clamp=kl_section["clamp"], kl_in_reward=bool(kl_section["in_reward"]),
-        reweight=rw_name, reweight_options=rw, reward=reward)
+        reweight=rw_name, reweight_options=rw, reward=reward,
+        overlong_buffer=int(section["overlong"]["buffer"]),
+        overlong_factor=float(section["overlong"]["factor"]),
+        overlong_filter=bool(section["overlong"]["filter"]))

@@ -29,9 +29,9 @@ import models
 from models import extras, sharding
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
-from rl.checkpoint import CheckpointError as ResumeError
 from rl import algorithm as algorithm_lib
-from rl import checks, faults
+from rl import checks, faults, overlong
+from rl.checkpoint import CheckpointError as ResumeError
 from rl.algorithm import Algorithm, set_options
 from rl.data import sources as sources_lib
 from rl.data import tasks as tasks_lib
@@ -64,7 +64,11 @@ class Run:
 
     @property
     def samples_per_prompt(self) -> int:
-        return self.tree.leaves_per_prompt if self.tree else int(self.cfg.sampling.n)
+        """G: completions per prompt, the tree's leaves or `sampling.n`; mc_grpo draws
+        one more (its G + 1, the median pivot getting no gradient), as its authors do."""
+        if self.tree:
+            return self.tree.leaves_per_prompt
+        return int(self.cfg.sampling.n) + (self.algorithm.advantage == "mc_grpo")
 
     @property
     def completion_len(self) -> int:
@@ -298,6 +302,8 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
         checks.check_sft_data(cfg)
     if alg.advantage == "tree" and tree is None:
         raise ValueError("advantage tree needs sampling.sampler=tree")
+    overlong.check(alg.overlong_buffer, alg.overlong_factor,
+                   tree.segment_len * tree.max_depth if tree else sp.max_new_tokens)
     eval_ks = _eval_ks(cfg.eval)
     mesh, rules = sharding.from_config_section(cfg.mesh)
     tokenizer, tokenizer_dir = _tokenizer(cfg, workdir)

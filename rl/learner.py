@@ -49,6 +49,7 @@ import optax
 import models
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
+from rl import kl as kl_lib
 from rl import losses
 from rl.algorithm import Algorithm
 
@@ -81,6 +82,15 @@ def token_logprobs(config: ModelConfig, params: dict, prompts: jax.Array,
     token j of row r is predicted by the hidden state of the token before it:
     the prompt's last token for j = 0, completion token j - 1 otherwise.
     """
+    hidden = completion_hidden(config, params, prompts, prompt_lens, completion, sharding)
+    return _chunked_stats(config, params, hidden, completion, temperature, logits_chunk)
+
+
+def completion_hidden(config: ModelConfig, params: dict, prompts: jax.Array,
+                      prompt_lens: jax.Array, completion: jax.Array,
+                      sharding: ActivationSharding | None = None) -> jax.Array:
+    """[N, C, D]: the hidden state that predicts each completion token (the prompt's
+    last token for j = 0, completion token j - 1 otherwise); shapes as `token_logprobs`."""
     chex.assert_rank([prompts, prompt_lens, completion], [2, 1, 2])
     p = prompts.shape[0]
     n, c = completion.shape
@@ -96,8 +106,31 @@ def token_logprobs(config: ModelConfig, params: dict, prompts: jax.Array,
     last = jnp.take_along_axis(hp, (prompt_lens - 1)[:, None, None], axis=1)  # [P, 1, D]
     hidden = jnp.concatenate(
         [jnp.broadcast_to(last[:, None], (p, g, 1, d)), hc[:, :, :c - 1]], axis=2)
-    hidden = hidden.reshape(n, c, d)                                             # [N, C, D]
-    return _chunked_stats(config, params, hidden, completion, temperature, logits_chunk)
+    return hidden.reshape(n, c, d)
+
+
+def token_js(config: ModelConfig, params_a: dict, params_b: dict, prompts: jax.Array,
+             prompt_lens: jax.Array, completion: jax.Array, *, temperature: float = 1.0,
+             logits_chunk: int = 256,
+             sharding: ActivationSharding | None = None) -> jax.Array:
+    """[N, C] Jensen-Shannon divergence between the two models' next-token distributions
+    (full vocabulary, softmax(logits / temperature)) at each completion position, fp32.
+    Logits exist for one block of `chunk_layout` positions at a time."""
+    ha = completion_hidden(config, params_a, prompts, prompt_lens, completion, sharding)
+    hb = completion_hidden(config, params_b, prompts, prompt_lens, completion, sharding)
+    n, c, d = ha.shape
+
+    def block(xa, xb):
+        return kl_lib.js_divergence(models.logits_from_hidden(config, params_a, xa) / temperature,
+                                    models.logits_from_hidden(config, params_b, xb) / temperature)
+
+    k, size = chunk_layout(c, logits_chunk)
+    if k == 1:
+        return block(ha, hb)
+    pad = ((0, 0), (0, k * size - c), (0, 0))
+    blocks = [jnp.pad(h, pad).reshape(n, k, size, d).swapaxes(0, 1) for h in (ha, hb)]
+    js = jax.lax.map(lambda xs: block(*xs), tuple(blocks))                # [k, N, size]
+    return js.swapaxes(0, 1).reshape(n, k * size)[:, :c]
 
 
 def chunk_layout(c: int, logits_chunk: int) -> tuple[int, int]:
@@ -233,6 +266,7 @@ class Learner:
         self.kl_in_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward
         self.train_step = jax.jit(self._train_step, donate_argnums=0)
         self.score = jax.jit(self._logprobs)
+        self.js = jax.jit(self._js)
 
     def init_state(self, params: Any, rng: jax.Array) -> TrainState:
         """A TrainState; the optimizer state inherits the params' shardings and the
@@ -260,6 +294,12 @@ class Learner:
         return token_logprobs(self.config, params, batch["prompts"], batch["prompt_lens"],
                               batch["completion"], temperature=self.temperature,
                               logits_chunk=self.logits_chunk, sharding=self.sharding)
+
+    def _js(self, params_a, params_b, batch) -> jax.Array:
+        """[N, C] JS(π_a‖π_b) per completion position (`token_js`); `js` is this, jitted."""
+        return token_js(self.config, params_a, params_b, batch["prompts"], batch["prompt_lens"],
+                        batch["completion"], temperature=self.temperature,
+                        logits_chunk=self.logits_chunk, sharding=self.sharding)
 
     def loss(self, params, batch, rng) -> tuple[jax.Array, dict[str, jax.Array]]:
         """The algorithm's scalar loss on one minibatch and its metrics."""

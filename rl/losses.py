@@ -233,7 +233,9 @@ def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
         weighted by the truncated IS weight min(π_old/π_behavior, tis_cap)
         (`tis_mode="mask"` zeroes tokens over the cap instead).
       reweight: "fipo" to apply the future-KL weight inside the loss, with
-        `reweight_options` (gamma, clip_low, clip_high, high_only, neg_ratio_cap).
+        `reweight_options` (gamma, clip_low, clip_high, high_only, neg_ratio_cap,
+        ratio_mask); adds the metrics fipo_weight_mean, fipo_weight_changed_frac
+        (tokens whose weight is not 1), fipo_future_kl_mean, fipo_ratio_masked_frac.
       ref_logp, kl_coef, kl_kind, kl_clamp: adds kl_coef·agg(KL estimate).
       entropy, entropy_coef: [N, T] token entropies; subtracts entropy_coef·agg(H).
       **options: the loss's own options (e.g. eps_low, eps_high, dual_clip).
@@ -249,17 +251,22 @@ def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
         adv = adv[:, None]
     chex.assert_equal_shape_prefix([adv, mask], 1)
     adv = jnp.broadcast_to(adv, mask.shape)
+    metrics = {}
     if reweight is not None:
         if reweight != "fipo":
             raise ValueError(f"reweight {reweight!r} does not depend on π_θ: apply it to the "
                              "advantages with rl.advantages.reweight before the loss")
-        adv = reweighting.reweight("fipo", adv, mask, logp=logp, old_logp=old_logp,
-                                   **dict(reweight_options or {}))
+        weight, future_kl, masked = reweighting.fipo_terms(
+            adv, mask, logp, old_logp, **reweighting.fipo_options(**dict(reweight_options or {})))
+        adv = adv * weight
+        metrics.update(fipo_weight_mean=ops.masked_mean(weight, mask),
+                       fipo_weight_changed_frac=ops.masked_mean(weight != 1.0, mask),
+                       fipo_future_kl_mean=ops.masked_mean(future_kl, mask),
+                       fipo_ratio_masked_frac=ops.masked_mean(masked, mask))
     adv = jax.lax.stop_gradient(jnp.where(mask, adv, 0.0))
     agg = policy_loss.default_agg if agg is None else agg
 
     token_loss, indicators = policy_loss.fn(logp, old_logp, adv, mask, rng, **options)
-    metrics = {}
     if behavior_logp is not None:
         chex.assert_equal_shape([behavior_logp, mask])
         is_weight, over = _importance_weight(old_logp, behavior_logp, mask, tis_cap, tis_mode)

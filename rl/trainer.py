@@ -47,6 +47,7 @@ from rl import advantages as adv_lib
 from rl import checkpoint, evaluation, loop
 from rl import kl as kl_lib
 from rl import learner as learner_lib
+from rl import overlong, reweighting
 from rl.batch import assemble
 from rl.build import Run, export, needs_reference
 from rl.data.sources import batches
@@ -97,6 +98,8 @@ class Trainer:
         self.total_steps = cfg.train.steps
         self.checkpoint_config = checkpoint.config_dict(cfg)
         self._advantages = jax.jit(self.advantage_kernel)
+        self.uses_js = (self.alg.reweight == "divergence_weighted"
+                        and self.alg.reweight_options.get("divergence", "js") == "js")
 
     # -- the job's state (rl.loop) ------------------------------------------------------------
     def get_state(self) -> dict:
@@ -132,7 +135,8 @@ class Trainer:
         run, s = self.run_, self.cfg.sampling
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, self.state.params, prompts,
-                                          run.tree, run.sampling_params, rng)
+                                          run.tree, run.sampling_params, rng,
+                                          decode=run.tokenizer.decode)
         return sampling.generate(run.model_config, self.state.params, prompts, self.samples,
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len)
@@ -172,9 +176,12 @@ class Trainer:
         return kept, stats, lambda: finish_rewards(kept, sampled, stats)
 
     # -- advantages ---------------------------------------------------------------------------
-    def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths):
-        """Jitted: rewards/gids/valid [rows], mask/old_logp/ref_logp [rows, C], paths
-        [rows, depth] or None -> ([rows, C] advantages, [rows, C] gradient mask)."""
+    def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths, step,
+                         divergence, keep_rows):
+        """Jitted: rewards/gids/valid/keep_rows [rows], mask/old_logp/ref_logp/divergence
+        [rows, C] (divergence None unless divergence_weighted uses JS), paths [rows, depth]
+        or None, step [] the RL step -> ([rows, C] advantages, [rows, C] gradient mask,
+        [rows, C] the reweighter's token weight, 1 without one)."""
         alg = self.alg
         opts = dict(alg.advantage_options)
         if alg.kl_in_reward and alg.kl_coef > 0:
@@ -188,37 +195,81 @@ class Trainer:
             opts["mask"] = mask
         if paths is not None:
             opts["paths"] = paths
+        if opts.get("level") == "segment":
+            opts["segment_len"] = self.run_.tree.segment_len
         adv = adv_lib.compute(alg.advantage, rewards, gids, valid=valid, **opts)
         keep = adv_lib.gradient_mask(alg.advantage, rewards, gids, valid=valid)
-        grad_mask = mask & keep[:, None]
+        grad_mask = mask & (keep & keep_rows)[:, None]  # keep_rows: the overlong filter
+        weight = jnp.ones(mask.shape, jnp.float32)
         if alg.reweight and alg.reweight != "fipo":
+            options = dict(alg.reweight_options)
             if alg.reweight == "logp_reweight":
                 inputs = {"old_logp": old_logp}
             elif alg.reweight == "delta_logp_mask":
-                inputs = {"old_logp": old_logp, "ref_logp": ref_logp}
-            else:  # divergence_weighted: per-token k3 estimate of KL(π_old‖π_ref)
-                inputs = {"divergence": kl_lib.estimate("k3", old_logp, ref_logp)}
-            adv = adv_lib.reweight(alg.reweight, adv, grad_mask, **inputs,
-                                   **alg.reweight_options)
+                inputs = {"old_logp": old_logp, "ref_logp": ref_logp, "step": step}
+            elif options.get("divergence", "js") == "js":  # full-vocabulary JS(π_old‖π_ref)
+                inputs = {"token_divergence": divergence}
+            else:  # k3 estimate of KL(π_old‖π_ref) at the sampled token
+                inputs = {"token_divergence": kl_lib.estimate("k3", old_logp, ref_logp)}
+            adv, weight = reweighting.weight(alg.reweight, adv, grad_mask, **inputs, **options)
+            adv = adv * weight
+            if alg.reweight == "delta_logp_mask" and options.get("method", "clip") == "clip":
+                grad_mask = grad_mask & (weight > 0)  # the authors' method=clip: out of the loss
         adv = jnp.broadcast_to(adv.astype(jnp.float32).reshape(mask.shape[0], -1), mask.shape)
-        return jnp.where(grad_mask, adv, 0.0), grad_mask
+        return jnp.where(grad_mask, adv, 0.0), grad_mask, weight
 
-    def advantages(self, groups: Groups, seqs, old_logp, ref_logp) -> tuple[np.ndarray, np.ndarray]:
-        """([rows, C] advantages, [rows, C] gradient mask) for the assembled batch
-        (one compiled program: estimator, KL-in-reward, mc_grpo mask, reweighting)."""
+    def advantages(self, groups: Groups, seqs, old_logp, ref_logp, *, step: int = 0,
+                   divergence=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([rows, C] advantages, [rows, C] gradient mask, [rows, C] reweighting weight)
+        for the assembled batch
+        (one compiled program: estimator, KL-in-reward, mc_grpo mask, overlong filter,
+        reweighting)."""
         n = len(groups.rewards)
         rewards = np.zeros(self.rows, np.float32)
         rewards[:n] = groups.rewards
         gids = np.full(self.rows, -1, np.int32)
         gids[:n] = groups.group_ids
+        keep_rows = np.ones(self.rows, bool)
+        if self.alg.overlong_filter:
+            keep_rows[:n] = ~np.asarray(groups.truncated, bool)
         paths = None
         if self.alg.advantage == "tree":
             paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
             for i, row in enumerate(groups.paths):
                 paths[i, :len(row)] = row
-        adv, grad_mask = self._advantages(rewards, gids, seqs.valid, seqs.mask,
-                                          np.asarray(old_logp), np.asarray(ref_logp), paths)
-        return np.asarray(adv), np.asarray(grad_mask)
+        out = self._advantages(rewards, gids, seqs.valid, seqs.mask, np.asarray(old_logp),
+                               np.asarray(ref_logp), paths, np.int32(step), divergence,
+                               keep_rows)
+        return tuple(np.asarray(x) for x in out)
+
+    def shape_rewards(self, groups: Groups) -> dict[str, float]:
+        """Adds DAPO's soft overlong penalty to the kept rewards (correctness unchanged);
+        returns its statistics and the overlong filter's."""
+        alg, out = self.alg, {}
+        if alg.overlong_buffer:
+            lengths = np.array([len(c) for c in groups.completions])
+            penalty = overlong.penalty(lengths, max_len=self.run_.completion_len,
+                                       buffer=alg.overlong_buffer, factor=alg.overlong_factor)
+            groups.rewards = [r + float(p) for r, p in zip(groups.rewards, penalty, strict=True)]
+            out = {"overlong/penalty_mean": float(penalty.mean()),
+                   "overlong/penalized_frac": float(np.mean(penalty < 0))}
+        if alg.overlong_filter:
+            out["overlong/filtered_frac"] = float(np.mean(groups.truncated))
+        return out
+
+    def reweight_metrics(self, seqs, grad_mask, weight, divergence) -> dict[str, float]:
+        """The reweighter's token weights over the kept rows' tokens: mean, and the
+        fraction it zeroes (delta_logp_mask); the mean JS when divergence_weighted uses it.
+        (FIPO's weights depend on π_θ: the learner logs them as learner/fipo_*.)"""
+        tokens = seqs.mask & seqs.valid[:, None]
+        if self.alg.reweight in (None, "fipo") or not tokens.any():
+            return {}
+        out = {"reweight/weight_mean": float(weight[tokens & grad_mask].mean())
+               if (tokens & grad_mask).any() else 0.0,
+               "reweight/zeroed_frac": float(np.mean((weight == 0)[tokens]))}
+        if divergence is not None:
+            out["reweight/js_mean"] = float(np.asarray(divergence)[tokens].mean())
+        return out
 
     # -- warnings -----------------------------------------------------------------------------
     def warn(self, text: str) -> None:
@@ -271,13 +322,17 @@ class Trainer:
                     if cfg.train.old_logp == "recompute" else seqs.sampler_logp)
         ref_logp = (self.learner.score(self.ref_params, sequences)[0]
                     if self.ref_params is not None else None)
+        divergence = (self.learner.js(self.state.params, self.ref_params, sequences)
+                      if self.uses_js else None)
         t_wait = time.perf_counter()
         finish_rewards()
         t_rewards = time.perf_counter()
+        shaping = self.shape_rewards(groups)
         old_logp = np.asarray(old_logp)
         ref_logp = np.zeros_like(old_logp) if ref_logp is None else np.asarray(ref_logp)
         t2 = time.perf_counter()
-        adv, grad_mask = self.advantages(groups, seqs, old_logp, ref_logp)
+        adv, grad_mask, weight = self.advantages(groups, seqs, old_logp, ref_logp, step=step,
+                                                 divergence=divergence)
         if self.faults.poison(step):
             adv = np.where(grad_mask, np.float32("nan"), adv)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
@@ -294,7 +349,8 @@ class Trainer:
         rewards = np.asarray(groups.rewards, np.float32)
         correct = np.asarray(groups.correct, bool)
         lengths = np.array([len(c) for c in groups.completions]) if n else np.zeros(1)
-        metrics = dict(stats)
+        metrics = dict(stats) | shaping | self.reweight_metrics(seqs, grad_mask, weight,
+                                                               divergence)
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
         for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
             if f"learner/{key}" in metrics:

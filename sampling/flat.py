@@ -10,6 +10,18 @@ pages that its samples share by reference; every sample gets private pages
 for its completion, so no KV data is ever copied. Then one jitted
 `while_loop` decodes all samples until each hits a stop token (the model's
 eos ids plus `stop_token_ids`) or `max_new_tokens`.
+
+Two options serve partial rollouts (APRIL, `rl.april`): `stop_when(done)` is
+asked after every decode segment whether to stop early (the unfinished rows
+are returned with finish reason "partial"), and `max_new_tokens_per_row`
+gives each row its own token budget (a resumed partial row has only what its
+first part left). Budgets are kept on the host: a row whose budget is spent at
+a segment boundary stops decoding there, the last segment runs only as many
+steps as the largest remaining budget needs, and a row that overshot its budget
+inside a segment is cut back to it. Step i of every row draws with the same key
+whatever the budgets, so the cut row is exactly the first `budget` tokens of the
+row sampled without a budget (autoregressive sampling: a valid sample of the
+shorter budget).
 """
 
 from __future__ import annotations
@@ -33,7 +45,9 @@ DEFAULT_SEGMENT_LEN = 64
 def generate(config: ModelConfig, params: dict, prompts, n: int,
              sampling_params: SamplingParams, rng: jax.Array, *,
              page_size: int = DEFAULT_PAGE_SIZE,
-             segment_len: int = DEFAULT_SEGMENT_LEN, share_prompts: bool = True) -> Rollouts:
+             segment_len: int = DEFAULT_SEGMENT_LEN, share_prompts: bool = True,
+             stop_when: Callable[[np.ndarray], bool] | None = None,
+             max_new_tokens_per_row: np.ndarray | None = None) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -42,7 +56,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     (generated tokens), decode_steps, decode_row_steps (steps × bucketed
     rows, the work done) and kv_pages. `share_prompts=False` prefills every
     sample's own copy of its prompt (the baseline the sharing is measured
-    against).
+    against). `stop_when` and `max_new_tokens_per_row`: see `run_groups`.
     """
     sp = sampling_params
     stop_ids = engine.stop_token_ids(config, sp)
@@ -54,13 +68,16 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids)
 
     rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
-                             segment_len=segment_len, share_prompts=share_prompts)
+                             segment_len=segment_len, share_prompts=share_prompts,
+                             stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row)
     return rollouts
 
 
 def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,
                prefill: Callable, decode: Callable, *, page_size: int, segment_len: int,
-               share_prompts: bool = True) -> tuple[Rollouts, dict]:
+               share_prompts: bool = True,
+               stop_when: Callable[[np.ndarray], bool] | None = None,
+               max_new_tokens_per_row: np.ndarray | None = None) -> tuple[Rollouts, dict]:
     """The host side of `generate` for one or more models decoding side by side.
 
     `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
@@ -68,6 +85,14 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     each segment calls `decode(carry, state, seg, limit, steps) -> (out,
     hidden, carry)` (`carry`, e.g. the caches, is opaque here). Returns the
     Rollouts and `out.extra` of the segments joined, trimmed to [R, max_new_tokens].
+
+    `stop_when(done)`, with `done` [R] bool (rows that hit a stop token or
+    their budget), is called after each segment but the last; when it returns
+    True decoding stops and the unfinished rows get finish reason "partial"
+    (their tokens so far are kept). `max_new_tokens_per_row` [R] ints in
+    [1, max_new_tokens] caps each row (finish "length" at its cap unless a stop
+    token came first); see the module docstring. Stats add stopped_early (0/1),
+    partial_rows and cut_tokens (tokens generated past a budget and dropped).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -92,6 +117,14 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     r = len(prompts) * n
     rows = engine.next_pow2(r)
+    budget = np.full(rows, sp.max_new_tokens, np.int64)  # padding rows: never limiting
+    if max_new_tokens_per_row is not None:
+        given = np.asarray(max_new_tokens_per_row)
+        if (given.shape != (r,) or not np.issubdtype(given.dtype, np.integer)
+                or np.any(given < 1) or np.any(given > sp.max_new_tokens)):
+            raise ValueError(f"max_new_tokens_per_row must be {r} ints in [1, "
+                             f"{sp.max_new_tokens}], got shape {given.shape} {given.dtype}")
+        budget[:r] = given
     pool = PagePool(1 + rows_b * prompt_pages + rows * gen_pages)
 
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
@@ -111,21 +144,30 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     offsets, positions = offsets[source], slots - offsets[source]
     done = ~real
     outputs = []
+    generated = np.zeros(rows, np.int64)
+    stopped_early = False
     seg_pages = segment_len // page_size
-    for seg in range(-(-sp.max_new_tokens // segment_len)):
+    segments = -(-sp.max_new_tokens // segment_len)
+    for seg in range(segments):
         fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
         for row in np.flatnonzero(~done):
             fresh[row] = pool.alloc(seg_pages)
         state = engine.RowState(hidden=hidden, prefix_tables=tables, segment_tables=fresh,
                                 offsets=offsets, positions=positions, done=done)
-        out, hidden, carry = decode(carry, state, seg,
-                                    np.int32(sp.max_new_tokens - seg * segment_len), segment_len)
+        # running rows have generated seg * segment_len tokens; without budgets
+        # this is max_new_tokens - seg * segment_len, as before
+        limit = int((budget - generated)[~done].max())
+        out, hidden, carry = decode(carry, state, seg, np.int32(limit), segment_len)
         out = engine.as_numpy(out)
         outputs.append(out)
         tables = np.concatenate([tables, fresh], axis=1)
         positions = positions + segment_len
-        done = done | (out.finish == engine.STOP)
+        generated = generated + out.num_tokens
+        done = done | (out.finish == engine.STOP) | (generated >= budget)
         if done.all():
+            break
+        if stop_when is not None and seg + 1 < segments and stop_when(done[:r].copy()):
+            stopped_early = True
             break
     for row in range(r):
         pool.release(tables[row])
@@ -133,16 +175,25 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
         raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
 
     out = engine.concat_outputs(outputs)
-    finish = np.where(out.finish[:r] == engine.STOP, "stop", "length")
     width = sp.max_new_tokens
+    num = out.num_tokens[:r]
+    lengths = np.minimum(num, budget[:r]).astype(num.dtype)
+    keep = np.arange(width) < lengths[:, None]  # [R, width]: drops tokens past a budget
+    pad = np.int32(config.pad_token_id or 0)
+    finish = np.where((out.finish[:r] == engine.STOP) & (num <= budget[:r]), "stop",
+                      np.where(done[:r], "length", "partial"))
     rollouts = Rollouts(
-        tokens=out.tokens[:r, :width], lengths=out.num_tokens[:r],
-        logprobs=out.logprobs[:r, :width], raw_logprobs=out.raw_logprobs[:r, :width],
+        tokens=np.where(keep, out.tokens[:r, :width], pad), lengths=lengths,
+        logprobs=np.where(keep, out.logprobs[:r, :width], 0.0).astype(np.float32),
+        raw_logprobs=np.where(keep, out.raw_logprobs[:r, :width], 0.0).astype(np.float32),
         prompt_index=np.repeat(np.arange(len(prompts), dtype=np.int32), n),
         finish_reason=finish,
         stats={"prefill_tokens": int(sum(map(len, unique))), "prefill_slots": rows_b * slots,
                "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
                "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
                "kv_pages": pool.num_pages,
-               "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs)})
-    return rollouts, {k: v[:r, :width] for k, v in out.extra.items()}
+               "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs),
+               "stopped_early": int(stopped_early), "partial_rows": int((finish == "partial").sum()),
+               "cut_tokens": int((num - lengths).sum())})
+    extra = {k: np.where(keep, v[:r, :width], 0).astype(v.dtype) for k, v in out.extra.items()}
+    return rollouts, extra

@@ -1,25 +1,32 @@
 """TreePO-style segment/tree sampler: branches share their prefix pages.
 
     rollouts = sampling.tree_generate(config, params, prompts, TreeConfig(
-        segment_len=64, max_depth=4, leaves_per_prompt=16), sampling_params, rng)
+        segment_len=64, max_depth=4, leaves_per_prompt=16), sampling_params, rng,
+        decode=tokenizer.decode)
 
 Every round decodes one segment for all alive nodes of all prompts in one
-`engine.decode` call. A node that hits a stop token, repeats itself, or
-reaches `max_depth` becomes a leaf. The others branch: the prompt's budget
-rem = leaves_per_prompt - leaves - alive is split over them (at most
-`divergence` children per node) by `branch_policy`, and each child copies the
-parent's page table (reference counts, no KV copy) and gets fresh pages for
-its next segment, whose first token it samples itself. When a prompt has no
-alive node but budget left, `fallback` truncates a random leaf at a random
-segment boundary and re-expands it. Each prompt ends with exactly
-`leaves_per_prompt` leaves; `Rollouts.paths` gives each leaf's branch ids
-per depth (for `rl.advantages.compute("tree", ...)`). Host code runs only
-between rounds.
+`engine.decode` call. A node becomes a leaf when its segment repeats itself,
+hits a stop token, completes a `\\boxed{...}` answer (cut right after it; needs
+`decode`) or reaches `max_depth` (rules: sampling/tree_schedule.py). The others
+branch: a prompt's continuing nodes share min(rem, divergence × (continuing +
+finished this round)) children (rem = leaves_per_prompt - leaves), so the
+budget of nodes that just finished moves to their siblings, split by
+`branch_policy`. Each child copies the parent's page table (reference counts,
+no KV copy) and gets fresh pages for its next segment, whose first token it
+samples itself. When a prompt has no alive node but budget left, `fallback`
+cuts a leaf that ended properly ("stop") back at a random segment boundary and
+re-expands it (from the prompt if there is none). Each prompt ends with exactly
+`leaves_per_prompt` leaves; `Rollouts.paths` gives each leaf's branch ids per
+depth (for `rl.advantages.compute("tree", ...)`). Host code runs only between
+rounds. The rules follow the TreePO authors' rollout (multimodal-art-projection/
+TreePO, verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, and
+recipe/treepo/vllm_rollout_tree.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -29,6 +36,7 @@ from sampling import engine
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
+from sampling import tree_schedule
 
 POLICIES = ("uniform", "low_likelihood", "high_likelihood")
 
@@ -39,13 +47,27 @@ class TreeConfig:
 
     first_branching: children of the root, an int or an inclusive (lo, hi)
       range drawn uniformly per prompt (TreePO: (2, 8)).
-    divergence: most children a node gets when it branches.
-    branch_policy: how extra children are allocated over alive nodes:
-      uniform; low_likelihood (softmax over -(Σ log p - min) / T, favouring
-      unlikely paths); high_likelihood (the inverse).
-    repetition_ngram, repetition_count: a path whose tokens contain an n-gram
-      at least `repetition_count` times stops (0 disables).
-    fallback: re-expand truncated leaves while budget remains.
+    divergence: children per continuing node and round (TreePO's
+      fixed_step_width, 2); a prompt's nodes that finish in a round hand their
+      share to its continuing ones, so a node can get more.
+    branch_policy: how a prompt's children are split over its continuing nodes:
+      uniform (the authors' fixed_avg: total // k each, the remainder to the
+      last); low_likelihood (largest-remainder split by softmax over
+      -(Σ log p - min) / T, favouring unlikely paths); high_likelihood (the
+      inverse). Every node gets at least one child.
+    stop_on_boxed: a path whose text holds a complete `\\boxed{...}` stops
+      ("stop", cut after the box). Needs `tree_generate(..., decode=...)`;
+      without a decode it does nothing.
+    repetition_chars, repetition_count: with `decode`, a segment whose text
+      holds a `repetition_chars`-character substring `repetition_count` times
+      stops ("repetition"; the authors' check, 32 and 8, run on each new
+      segment before any other rule).
+    repetition_ngram: without `decode`, the same check on token ids: an n-gram
+      of the segment `repetition_count` times. 8 tokens ≈ 32 characters of
+      English BPE text, so both defaults flag about the same loops. The check in
+      use is off when its length (repetition_chars / repetition_ngram) or
+      repetition_count is 0.
+    fallback: re-expand leaves that ended properly while budget remains.
     """
 
     segment_len: int = 64
@@ -55,7 +77,9 @@ class TreeConfig:
     divergence: int = 2
     branch_policy: str = "uniform"
     policy_temperature: float = 1.0
-    repetition_ngram: int = 0
+    stop_on_boxed: bool = True
+    repetition_chars: int = 32
+    repetition_ngram: int = 8
     repetition_count: int = 8
     fallback: bool = True
     page_size: int = 16
@@ -75,6 +99,9 @@ class TreeConfig:
             raise ValueError(f"branch_policy must be one of {POLICIES}, got {self.branch_policy!r}")
         if self.policy_temperature <= 0:
             raise ValueError(f"policy_temperature must be > 0, got {self.policy_temperature}")
+        for name in ("repetition_chars", "repetition_ngram", "repetition_count"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     @property
     def branching_range(self) -> tuple[int, int]:
@@ -112,43 +139,20 @@ class Node:
         return np.concatenate([n.tokens for n in self.ancestors()])
 
 
-def _repeats(tokens: np.ndarray, n: int, count: int) -> bool:
-    if n <= 0 or len(tokens) < n * count:
-        return False
-    grams = np.lib.stride_tricks.sliding_window_view(tokens, n)
-    _, counts = np.unique(grams, axis=0, return_counts=True)
-    return bool(counts.max() >= count)
-
-
-def _allocate(alive: list[Node], budget: int, tree: TreeConfig, rng) -> list[int]:
-    """Children per alive node: 1 each, plus up to `budget - len(alive)` extra."""
-    counts = [1] * len(alive)
-    extra = min(budget - len(alive), (tree.divergence - 1) * len(alive))
-    if extra <= 0:
-        return counts
-    if tree.branch_policy == "uniform":
-        weights = np.ones(len(alive))
-    else:
-        logp = np.array([n.path_logp() for n in alive])
-        score = -(logp - logp.min()) if tree.branch_policy == "low_likelihood" else logp - logp.max()
-        weights = np.exp(score / tree.policy_temperature - np.max(score / tree.policy_temperature))
-    for _ in range(extra):  # weighted draws without exceeding `divergence` children
-        open_ = np.array([c < tree.divergence for c in counts])
-        w = np.where(open_, weights, 0.0)
-        w = w / w.sum() if w.sum() > 0 else open_ / open_.sum()
-        counts[int(rng.choice(len(alive), p=w))] += 1
-    return counts
-
-
 def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
-                  sampling_params: SamplingParams, rng: jax.Array) -> Rollouts:
+                  sampling_params: SamplingParams, rng: jax.Array, *,
+                  decode: Callable[[list[int]], str] | None = None) -> Rollouts:
     """`tree.leaves_per_prompt` leaves per prompt (see module docstring).
 
-    A leaf has at most segment_len * max_depth tokens, which must not exceed
-    `sampling_params.max_new_tokens` (ValueError otherwise). Rows are ordered by prompt; stats count
-    decode_tokens once per tree node (shared prefixes once), prefill_tokens
-    once per distinct prompt, rounds, decode_row_steps and the pool pages
-    still in use after release (always 0).
+    `decode` (token ids -> text, e.g. `tokenizer.decode`) enables the text rules:
+    the boxed-answer stop and the character repetition check; without it only
+    the token repetition check runs. A leaf has at most segment_len * max_depth
+    tokens, which must not exceed `sampling_params.max_new_tokens` (ValueError
+    otherwise). Rows are ordered by prompt; stats count decode_tokens once per
+    tree node (shared prefixes once), prefill_tokens once per distinct prompt,
+    rounds, decode_row_steps, fallback_children, the leaves per finish reason
+    (finish_stop, finish_length, finish_repetition) and the pool pages still in use
+    after release (always 0).
     """
     longest = tree.segment_len * tree.max_depth
     if longest > sampling_params.max_new_tokens:
@@ -194,7 +198,8 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     leaves: list[list[Node]] = [[] for _ in range(b)]
     internal: list[Node] = []
     stop_ids = engine.stop_token_ids(config, sp)
-    stats = {"rounds": 0, "decode_tokens": 0, "decode_steps": 0, "decode_row_steps": 0}
+    stats = {"rounds": 0, "decode_tokens": 0, "decode_steps": 0, "decode_row_steps": 0,
+             "fallback_children": 0}
 
     while alive:
         rows = engine.next_pow2(len(alive))
@@ -225,18 +230,20 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
         stats["decode_tokens"] += int(out.num_tokens[:len(alive)].sum())
 
         continuing: list[list[Node]] = [[] for _ in range(b)]
+        finished_now = [0] * b
+        boxed = tree.stop_on_boxed and decode is not None
         for r, node in enumerate(alive):
             n = int(out.num_tokens[r])
-            node.tokens, node.logprobs = out.tokens[r, :n], out.logprobs[r, :n]
-            node.raw_logprobs, node.end_hidden = out.raw_logprobs[r, :n], end_hidden[r]
-            if out.finish[r] == engine.STOP:
-                node.finish = "stop"
-            elif _repeats(node.path_tokens(), tree.repetition_ngram, tree.repetition_count):
-                node.finish = "repetition"
-            elif node.depth >= tree.max_depth:
-                node.finish = "length"
+            before = (node.parent.path_tokens() if boxed and node.parent is not None
+                      else np.zeros(0, np.int32))
+            node.finish, keep = tree_schedule.segment_finish(
+                out.tokens[r, :n], before, bool(out.finish[r] == engine.STOP), node.depth,
+                tree, decode)
+            node.tokens, node.logprobs = out.tokens[r, :keep], out.logprobs[r, :keep]
+            node.raw_logprobs, node.end_hidden = out.raw_logprobs[r, :keep], end_hidden[r]
             if node.finish:
                 leaves[node.prompt].append(node)
+                finished_now[node.prompt] += 1
             else:
                 continuing[node.prompt].append(node)
 
@@ -244,17 +251,24 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
         for i in range(b):
             budget = per_prompt - len(leaves[i])
             if continuing[i]:
-                for node, count in zip(continuing[i], _allocate(continuing[i], budget, tree,
-                                                                host_rng), strict=True):
+                k = len(continuing[i])
+                total = tree_schedule.branch_total(budget, k, finished_now[i], tree.divergence)
+                logp = (None if tree.branch_policy == "uniform"
+                        else np.array([node.path_logp() for node in continuing[i]]))
+                counts = tree_schedule.allocate(total, k, tree.branch_policy, logp,
+                                                tree.policy_temperature)
+                for node, count in zip(continuing[i], counts, strict=True):
                     alive += [spawn(i, node) for _ in range(count)]
                     pool.release(node.prefix + node.pages)  # children hold them now
                     internal.append(node)
             elif budget > 0 and tree.fallback:
-                for _ in range(min(budget, tree.divergence)):
-                    leaf = leaves[i][int(host_rng.integers(len(leaves[i])))]
-                    keep = int(host_rng.integers(0, leaf.depth))  # segments kept
-                    base = leaf.ancestors()[keep - 1] if keep else None
-                    alive.append(spawn(i, base))
+                plan = tree_schedule.fallback_plan([leaf.finish for leaf in leaves[i]],
+                                                   [leaf.depth for leaf in leaves[i]], budget,
+                                                   tree.divergence, host_rng)
+                for j, keep, count in plan:
+                    base = leaves[i][j].ancestors()[keep - 1] if j >= 0 and keep else None
+                    alive += [spawn(i, base) for _ in range(count)]
+                    stats["fallback_children"] += count
             elif budget > 0:
                 raise RuntimeError(f"prompt {i}: {len(leaves[i])} leaves, fallback disabled")
 
@@ -263,6 +277,8 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
         pool.release(leaf.prefix + leaf.pages)
     if pool.used_pages:
         raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+    for reason in ("stop", "length", "repetition"):
+        stats[f"finish_{reason}"] = sum(leaf.finish == reason for leaf in rows_out)
     return _rollouts(rows_out, tree, config, stats | {
         "prefill_tokens": int(sum(map(len, prompts))), "kv_pages": pool.num_pages,
         "pages_in_use_after_release": pool.used_pages, "nodes": len(internal) + len(rows_out)})

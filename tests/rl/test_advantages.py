@@ -43,15 +43,18 @@ def ref_whiten(x, sel, eps=1e-6):
     return out
 
 
-def ref_mc_grpo(r, g, valid, eps=1e-6, scale=True):
+def ref_mc_grpo(r, g, valid, scale="mad"):
+    """The authors' (R - median) / (MAD + 1e-3), the lower median for an even group."""
     out, keep = np.zeros(len(r)), np.array(valid, bool)
     for idx in _groups(g, valid).values():
         order = sorted(idx, key=lambda i: (r[i], i))
         pivot = order[(len(order) - 1) // 2]
         median = r[pivot]
+        mad = sorted(abs(r[i] - median) for i in idx)[(len(idx) - 1) // 2]
         std = np.std(r[idx], ddof=1) if len(idx) > 1 else 0.0
         for i in idx:
-            out[i] = (r[i] - median) / (std + eps) if scale else r[i] - median
+            out[i] = {"mad": (r[i] - median) / (mad + 1e-3),
+                      "group": (r[i] - median) / (std + 1e-6), "none": r[i] - median}[scale]
         out[pivot], keep[pivot] = 0.0, False
     return out, keep
 
@@ -82,9 +85,11 @@ def test_group_estimators_match_reference(seed, binary):
     np.testing.assert_allclose(got("reinforce_pp_baseline"),
                                ref_whiten(ref_grpo(r, g, valid, scale=False), valid), atol=1e-5)
     mc, keep = ref_mc_grpo(r, g, valid)
-    np.testing.assert_allclose(got("mc_grpo"), mc, atol=1e-5)
-    np.testing.assert_allclose(got("mc_grpo", scale="none"),
-                               ref_mc_grpo(r, g, valid, scale=False)[0], atol=1e-6)
+    # fp32 quotient by MAD + 1e-3 >= 1e-3: relative error ~1e-7 of values up to ~1e3
+    np.testing.assert_allclose(got("mc_grpo"), mc, rtol=1e-5, atol=1e-5)
+    for scale in ("group", "none"):
+        np.testing.assert_allclose(got("mc_grpo", scale=scale),
+                                   ref_mc_grpo(r, g, valid, scale=scale)[0], atol=1e-5)
     np.testing.assert_array_equal(advantages.gradient_mask("mc_grpo", r, g, valid=valid), keep)
     np.testing.assert_array_equal(advantages.gradient_mask("grpo", r, g, valid=valid), valid)
 
@@ -111,6 +116,15 @@ def test_invalid_samples_do_not_change_valid_ones():
         b = advantages.compute(name, r2, g, valid=valid)
         np.testing.assert_allclose(a, b, atol=1e-6, err_msg=name)
         assert np.all(np.asarray(a)[~valid] == 0.0)
+
+
+def test_mc_grpo_mad_of_a_binary_group():
+    # 5 samples, 3 right: median 1, |R - 1| = (0, 0, 0, 1, 1), MAD 0: the wrong ones
+    # get -1 / 1e-3 (the authors' eps bounds it); 2 right of 5: median 0, MAD 0
+    r = np.array([1, 1, 1, 0, 0, 1, 1, 0, 0, 0], float)
+    g = np.repeat([0, 1], 5)
+    adv = np.asarray(advantages.compute("mc_grpo", r, g))
+    np.testing.assert_allclose(adv, [0, 0, 0, -1e3, -1e3, 1e3, 1e3, 0, 0, 0], rtol=1e-6)
 
 
 def test_mc_grpo_median_over_g_plus_one():

@@ -79,6 +79,33 @@ def test_token_logprobs_match_full_softmax(chunk, group):
     np.testing.assert_allclose(entropy, ref_entropy, atol=fp32_atol(ref_entropy, n), rtol=0)
 
 
+@pytest.mark.parametrize("chunk", [8, 3])
+def test_token_js_matches_full_vocabulary_reference(chunk):
+    params_a = models.init(CONFIG, jax.random.key(0))
+    params_b = models.init(CONFIG, jax.random.key(1))
+    batch = make_batch(group=2)
+    js = learner_lib.token_js(
+        CONFIG, params_a, params_b, jnp.asarray(batch["prompts"]),
+        jnp.asarray(batch["prompt_lens"]), jnp.asarray(batch["completion"]),
+        temperature=0.7, logits_chunk=chunk)
+    n, c = batch["completion"].shape
+    g = n // len(batch["prompts"])
+    want = np.zeros((n, c))
+    for r in range(n):  # each row alone through models.apply, JS in float64 NumPy
+        p = batch["prompt_lens"][r // g]
+        row = jnp.asarray(np.concatenate([batch["prompts"][r // g, :p], batch["completion"][r]]))
+        pa, pb = (np.asarray(jax.nn.softmax(models.apply(CONFIG, w, row[None])[0] / 0.7, -1),
+                             np.float64)[p - 1:p - 1 + c] for w in (params_a, params_b))
+        m = (pa + pb) / 2
+        want[r] = 0.5 * (pa * np.log(pa / m)).sum(-1) + 0.5 * (pb * np.log(pb / m)).sum(-1)
+    assert want.max() > 1e-3  # two different random models: a real divergence to match
+    np.testing.assert_allclose(js, want, atol=fp32_atol(want, CONFIG.vocab_size), rtol=1e-4)
+    same = learner_lib.token_js(CONFIG, params_a, params_a, jnp.asarray(batch["prompts"]),
+                                jnp.asarray(batch["prompt_lens"]),
+                                jnp.asarray(batch["completion"]), logits_chunk=chunk)
+    np.testing.assert_allclose(same, 0.0, atol=1e-6)
+
+
 def test_chunked_gradient_equals_unchunked():
     params = models.init(CONFIG, jax.random.key(1))
     batch = {k: jnp.asarray(v) for k, v in make_batch().items()}

@@ -171,8 +171,10 @@ def test_advantage_kernel_tree_with_kl_in_reward():
     mask = (np.arange(c)[None] < np.array([5, 3, 1, 4, 2, 5, 0, 0])[:, None]) & valid[:, None]
     old_logp = -rng.random((rows, c)).astype(np.float32)
     ref_logp = -rng.random((rows, c)).astype(np.float32)
-    adv, grad_mask = tree_kl_kernel(coef=coef)(rewards, gids, valid, mask, old_logp, ref_logp,
-                                               paths)
+    adv, grad_mask, weight = tree_kl_kernel(coef=coef)(
+        rewards, gids, valid, mask, old_logp, ref_logp, paths, np.int32(1), None,
+        np.ones(rows, bool))
+    np.testing.assert_array_equal(weight, 1.0)  # no reweighter
     # reference: unwhitened tree advantage + return-to-go of -coef·(old - ref), whitened
     raw = np.asarray(adv_lib.compute("tree", rewards, gids, valid=valid, paths=paths,
                                      whiten=False))

@@ -1,6 +1,9 @@
-"""The tree sampler: shared prefixes, exact leaf counts, no page leaks, determinism."""
+"""The tree sampler: shared prefixes, exact leaf counts, no page leaks, determinism,
+and the authors' round rules (sampling/tree_schedule.py): boxed stop, budget
+transfer, repetition stop, fallback pool."""
 
 import collections
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +14,7 @@ import models
 from rl import advantages
 from sampling import engine
 from sampling.params import SamplingParams
+from sampling import tree_schedule
 from sampling.tree import TreeConfig, tree_generate
 from tests.tolerances import fp32_atol
 
@@ -43,7 +47,14 @@ def teacher_forced(config, params, prompts, completions):
             for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]
 
 
-def check_tree(ro, tree, num_prompts):
+def boxed_stop(ro, r, decode) -> bool:
+    """Leaf r ends right after the token that completes a box in its text."""
+    tokens = ro.completion(r)
+    return (decode is not None and tree_schedule.complete_box(decode(tokens))
+            and not tree_schedule.complete_box(decode(tokens[:-1])))
+
+
+def check_tree(ro, tree, num_prompts, decode=None):
     """Leaf counts, finish reasons and prefix structure of one tree rollout."""
     assert collections.Counter(ro.prompt_index.tolist()) == {
         i: tree.leaves_per_prompt for i in range(num_prompts)}
@@ -54,7 +65,7 @@ def check_tree(ro, tree, num_prompts):
         # full segments on the path, then this leaf's own (possibly short) one
         assert (depth - 1) * seg < ro.lengths[r] <= depth * seg
         if ro.finish_reason[r] == "stop":
-            assert ro.completion(r)[-1] in SAMPLING.stop_token_ids
+            assert ro.completion(r)[-1] in SAMPLING.stop_token_ids or boxed_stop(ro, r, decode)
         else:
             assert ro.finish_reason[r] in ("length", "repetition")
     keys = [(int(ro.prompt_index[r]), tuple(ro.paths[r])) for r in range(len(ro))]
@@ -148,6 +159,8 @@ def test_config_errors():
         TreeConfig(first_branching=(3, 2))
     with pytest.raises(ValueError, match="leaves_per_prompt"):
         TreeConfig(leaves_per_prompt=0)
+    with pytest.raises(ValueError, match="repetition_chars"):
+        TreeConfig(repetition_chars=-1)
 
 
 def test_leaves_never_exceed_max_new_tokens(tiny):
@@ -156,3 +169,191 @@ def test_leaves_never_exceed_max_new_tokens(tiny):
     with pytest.raises(ValueError, match="32 tokens, more than max_new_tokens=16"):
         tree_generate(config, params, prompts_for(0, [4]), tree,
                       SamplingParams(temperature=1.0, max_new_tokens=16), jax.random.key(0))
+
+
+# -- the authors' round rules ------------------------------------------------------------------
+
+def text_decode(pieces):
+    """A fake detokenizer: token t is pieces(t)."""
+    return lambda ids: "".join(pieces(int(t)) for t in ids)
+
+
+# 1 token in 11 opens a box, 1 in 11 closes a brace, the rest are letters
+BOX_DECODE = text_decode(lambda t: {0: "\\boxed{", 1: "}", 2: "5"}.get(t % 11, "a"))
+PLAIN = SamplingParams(temperature=1.0)
+
+
+def test_complete_box():
+    for text in ["\\boxed{5}", "x \\boxed{\\frac{1}{2}} y", "\\boxed{5} then \\boxed{",
+                 "\\fbox{3}", "\\boxed {7}"]:
+        assert tree_schedule.complete_box(text), text
+    for text in ["", "\\boxed{5", "\\boxed 5", "\\boxed{\\frac{1}{2}", "boxed{5}", "}\\boxed{"]:
+        assert not tree_schedule.complete_box(text), text
+
+
+def test_segment_finish_rules():
+    """Order: repetition, stop token, boxed (cut after the box), max depth."""
+    decode = text_decode(lambda t: {0: "\\boxed{", 1: "}", 2: "5", 3: "x" * 40}.get(t, "a"))
+    tree = TreeConfig(segment_len=8, max_depth=3, page_size=4)
+    seg = np.array([2, 1, 9, 9])  # "5}aa": completes a box opened in an earlier segment
+    opened = np.array([9, 0])
+    assert tree_schedule.segment_finish(seg, opened, False, 1, tree, decode) == ("stop", 2)
+    assert tree_schedule.segment_finish(np.array([9, 0, 2, 1, 9, 9]), np.zeros(0), False, 1,
+                                        tree, decode) == ("stop", 4)
+    # a stop token keeps the whole segment, box or not
+    assert tree_schedule.segment_finish(seg, opened, True, 1, tree, decode) == ("stop", 4)
+    # no box: continue, or "length" at max_depth
+    assert tree_schedule.segment_finish(seg, np.zeros(0), False, 2, tree, decode) == ("", 4)
+    assert tree_schedule.segment_finish(seg, np.zeros(0), False, 3, tree, decode) == ("length", 4)
+    # no decode or stop_on_boxed off: the box is not seen
+    assert tree_schedule.segment_finish(seg, opened, False, 1, tree, None) == ("", 4)
+    off = TreeConfig(segment_len=8, max_depth=3, page_size=4, stop_on_boxed=False)
+    assert tree_schedule.segment_finish(seg, opened, False, 1, off, decode) == ("", 4)
+    # repetition first: 40 x's hold a 32-char substring 9 times, even with a stop token
+    loop = np.array([0, 2, 3, 1])
+    assert tree_schedule.segment_finish(loop, np.zeros(0), True, 1, tree, decode) == (
+        "repetition", 4)
+    # without decode the token check: an 8-gram 8 times
+    tokens = np.array([5] * 15)
+    assert tree_schedule.segment_finish(tokens, np.zeros(0), False, 1, tree, None) == (
+        "repetition", 15)
+    assert tree_schedule.segment_finish(tokens[:14], np.zeros(0), False, 1, tree, None) == (
+        "", 14)
+
+
+def test_repetition_checks_and_defaults():
+    tree = TreeConfig()
+    assert (tree.repetition_chars, tree.repetition_ngram, tree.repetition_count) == (32, 8, 8)
+    assert tree.stop_on_boxed
+    unit = "the same sentence over and over; "  # 33 characters
+    assert tree_schedule.char_repetition(unit * 8)
+    assert not tree_schedule.char_repetition(unit * 7)
+    assert not tree_schedule.char_repetition(unit * 8, length=0)
+    assert tree_schedule.token_repetition(np.tile(np.arange(8), 8), 8, 8)
+    assert not tree_schedule.token_repetition(np.tile(np.arange(8), 8)[:-1], 8, 8)
+    assert not tree_schedule.token_repetition(np.zeros(100, int), 0, 8)
+
+
+def test_budget_transfer_gives_more_than_divergence():
+    # 10 leaves still wanted, 2 nodes continue, 3 siblings finished: 2 × (2 + 3) = 10
+    total = tree_schedule.branch_total(remaining=10, continuing=2, finished_now=3, divergence=2)
+    assert total == 10
+    assert tree_schedule.allocate(total, 2) == [5, 5]  # 5 > divergence each
+    # capped by the remaining budget; the remainder goes to the last node (fixed_avg)
+    assert tree_schedule.branch_total(7, 3, 4, 2) == 7
+    assert tree_schedule.allocate(7, 3) == [2, 2, 3]
+    # nobody finished: w each; at least one child per continuing node
+    assert tree_schedule.branch_total(16, 3, 0, 2) == 6
+    assert tree_schedule.branch_total(3, 3, 0, 2) == 3
+    assert tree_schedule.allocate(3, 3) == [1, 1, 1]
+
+
+def test_likelihood_policies_split_the_same_total():
+    # weights [0.5, 0.3, 0.2], total 7: 1 each, then 4 × w = [2, 1.2, 0.8] ->
+    # floors [2, 1, 0], the last unit to the largest remainder (0.8)
+    assert tree_schedule.largest_remainder(np.array([0.5, 0.3, 0.2]), 7) == [3, 2, 2]
+    logp = np.array([-1.0, -3.0])
+    # low_likelihood: softmax(-(logp - min)) = softmax([-2, 0]) = [0.119, 0.881];
+    # 4 extra -> [0.48, 3.52] -> floors [0, 3], remainder to node 1 -> [1, 5]
+    assert tree_schedule.allocate(6, 2, "low_likelihood", logp) == [1, 5]
+    assert tree_schedule.allocate(6, 2, "high_likelihood", logp) == [5, 1]
+    assert tree_schedule.allocate(2, 2, "low_likelihood", logp) == [1, 1]
+
+
+def test_fallback_pool_prefers_properly_finished_leaves():
+    finishes, depths = ["length", "stop", "repetition", "stop"], [4, 3, 2, 2]
+    for seed in range(20):
+        plan = tree_schedule.fallback_plan(finishes, depths, 3, 2, np.random.default_rng(seed))
+        assert sorted(j for j, _, _ in plan) == [1, 3]
+        assert sorted(count for _, _, count in plan) == [1, 2]  # divergence, then the rest
+        assert all(0 <= keep < depths[j] for j, keep, _ in plan)
+    # only the budget's worth of leaves
+    assert len(tree_schedule.fallback_plan(finishes, depths, 2, 2, np.random.default_rng(0))) == 1
+    # no leaf ended properly: restart from the prompt, divergence children
+    assert tree_schedule.fallback_plan(["length", "repetition"], [4, 1], 5, 2,
+                                       np.random.default_rng(0)) == [(-1, 0, 2)]
+    assert tree_schedule.fallback_plan(["stop"], [2], 0, 2, np.random.default_rng(0)) == []
+
+
+def test_boxed_answer_stops_and_cuts_paths(tiny):
+    config, params = tiny
+    tree = TreeConfig(segment_len=8, max_depth=4, leaves_per_prompt=8, first_branching=(2, 3),
+                      page_size=4)
+    prompts = prompts_for(4, [7, 12])
+    ro = tree_generate(config, params, prompts, tree, PLAIN, jax.random.key(5),
+                       decode=BOX_DECODE)
+    check_tree(ro, tree, 2, decode=BOX_DECODE)
+    assert ro.stats["pages_in_use_after_release"] == 0
+    boxed = [r for r in range(len(ro)) if ro.finish_reason[r] == "stop"]
+    assert boxed and all(boxed_stop(ro, r, BOX_DECODE) for r in boxed)
+    # a cut leaf is shorter than its segments, and no other leaf holds a box
+    assert any(ro.lengths[r] % tree.segment_len for r in boxed)
+    for r in range(len(ro)):
+        if r not in boxed:
+            assert not tree_schedule.complete_box(BOX_DECODE(ro.completion(r)))
+    # log-probs stay aligned with the cut tokens
+    ref = teacher_forced(config, params, [prompts[i] for i in ro.prompt_index],
+                         [ro.completion(r) for r in range(len(ro))])
+    for r, want in enumerate(ref):
+        np.testing.assert_allclose(ro.raw_logprobs[r, :len(want)], want,
+                                   atol=fp32_atol(want, config.mlp_dim), rtol=0)
+        assert np.all(ro.raw_logprobs[r, len(want):] == 0)
+    # without a decode (or with stop_on_boxed off) boxes are not looked for
+    off = dataclasses.replace(tree, stop_on_boxed=False)
+    for kwargs, cfg in [({}, tree), ({"decode": BOX_DECODE}, off)]:
+        plain = tree_generate(config, params, prompts, cfg, PLAIN, jax.random.key(5), **kwargs)
+        check_tree(plain, cfg, 2)
+        assert not np.any(plain.finish_reason == "stop")
+
+
+def test_repetitive_text_stops_and_restarts_from_the_prompt(tiny):
+    """Every segment repeats itself: all leaves are depth-1 "repetition" leaves, and
+    with no properly finished leaf the fallback restarts from the prompt."""
+    config, params = tiny
+    tree = TreeConfig(segment_len=8, max_depth=3, leaves_per_prompt=5, first_branching=2,
+                      page_size=4)
+    ro = tree_generate(config, params, prompts_for(5, [6, 9]), tree, PLAIN, jax.random.key(2),
+                       decode=text_decode(lambda t: "ab" * 4))
+    check_tree(ro, tree, 2)
+    assert set(ro.finish_reason) == {"repetition"}
+    assert np.all(ro.paths[:, 1:] == -1) and np.all(ro.lengths == tree.segment_len)
+    assert ro.stats["fallback_children"] == 2 * (5 - 2)
+    assert ro.stats["finish_repetition"] == 10
+    assert ro.stats["pages_in_use_after_release"] == 0
+
+
+def test_tree_config_from_the_config_section():
+    from configs.base import sampling_section
+    from rl.build import _tree
+
+    s = sampling_section()
+    s.sampler, s.max_new_tokens, s.page_size = "tree", 64, 16
+    default = _tree(s)
+    assert default.stop_on_boxed and default.repetition_chars == 32
+    s.tree.stop_on_boxed, s.tree.repetition_chars, s.tree.repetition_ngram = False, 16, 0
+    tree = _tree(s)
+    assert (tree.stop_on_boxed, tree.repetition_chars, tree.repetition_ngram) == (False, 16, 0)
+
+
+def test_finished_siblings_hand_their_children_to_the_others(tiny, monkeypatch):
+    """In a real tree some node gets more than `divergence` children, always by
+    the authors' rule: min(rem, w × (continuing + finished)) split fixed_avg."""
+    config, params = tiny
+    calls = []
+    allocate = tree_schedule.allocate
+
+    def recording(total, k, *args):
+        counts = allocate(total, k, *args)
+        calls.append((total, k, counts))
+        return counts
+
+    monkeypatch.setattr(tree_schedule, "allocate", recording)
+    tree = TreeConfig(segment_len=8, max_depth=4, leaves_per_prompt=12, first_branching=2,
+                      page_size=4)
+    ro = tree_generate(config, params, prompts_for(6, [5, 8, 11]), tree, SAMPLING,
+                       jax.random.key(4))
+    check_tree(ro, tree, 3)
+    assert ro.stats["pages_in_use_after_release"] == 0
+    assert all(sum(counts) == total and min(counts) >= 1 for total, _, counts in calls)
+    assert all(counts == tree_schedule.fixed_avg(total, k) for total, k, counts in calls)
+    assert max(max(counts) for _, _, counts in calls) > tree.divergence
