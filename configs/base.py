@@ -70,6 +70,14 @@ data:           where prompts come from (rl/data).
                    ("" = none, the template's own default applies).
   tokenizer        tokenizer directory; "" = the model's hf_path, or the
                    built-in byte tokenizer for presets.
+  pass_rate_fields "weak,strong": two fields of each jsonl/parquet row with
+                   offline pass rates in [0, 1] (BOTS's implicit evidence).
+  selector.name    which prompts a step trains on and how many rollouts
+                   each gets (rl/selectors.py): uniform (the data order) |
+                   dars (extra rollouts for hard prompts: selector.schedule
+                   et|hw, n_max, normalized) | bots (Thompson selection from
+                   Beta pass-rate posteriors over the train pool: lam, rho,
+                   tau, prior, target, thompson, cap_ema). None = default.
 sampling:       rollouts (sampling/).
   sampler          flat | tree.
   n                samples per prompt (flat; the tree uses tree.leaves_per_prompt).
@@ -244,6 +252,11 @@ def data_section() -> ml_collections.ConfigDict:
     data.chat_template = False
     data.system_prompt = ""
     data.tokenizer = ""
+    data.pass_rate_fields = ""
+    data.selector = _options(schedule=str, n_max=int, normalized=bool, lam=float, rho=float,
+                             tau=float, prior=float, target=float, thompson=bool,
+                             cap_ema=float)
+    data.selector.name = "uniform"
     return data
 
 

@@ -17,9 +17,10 @@ command line. Formulas and sources: docs/algorithms.md.
   dr_grpo       mean-centred advantage, token sums over a constant length,
                 no KL; one update per batch (Dr.GRPO)
   dapo          clip-higher (0.2 / 0.28) with dual clip 10, token-mean loss,
-                dynamic sampling, no KL; 16 minibatches per rollout batch (the
-                authors' 512 prompts / 32 per minibatch). Overlong shaping is
-                not included.
+                dynamic sampling on accuracy (up to 10 rounds), soft overlong
+                penalty over the last fifth of the length limit (the authors'
+                4,096 of 20,480 tokens), no KL; 16 minibatches per rollout batch
+                (the authors' 512 prompts / 32 per minibatch)
   gspo          sequence-level ratio clipped at 3e-4 / 4e-4, no KL; 4
                 minibatches per rollout batch (GSPO)
   rloo          leave-one-out baseline, k1 KL folded into the reward; one
@@ -27,6 +28,25 @@ command line. Formulas and sources: docs/algorithms.md.
   reinforce_pp  token-level returns whitened over the batch, k1 KL in the
                 reward; 8 minibatches per rollout batch (OpenRLHF's example:
                 1,024 rollouts, 128 per optimizer step)
+  nsr           DAPO with near-boundary stochastic rescue (the nsr loss)
+  fipo          DAPO with FIPO's future-KL weights (high-only [1, 1.2], δ = 10)
+  logp_reweight DAPO with Δlog p low-probability reweighting 1 + c - c·p, c = 0.2
+                (RLVR-Directions run_7B.sh)
+  delta_logp_mask  DAPO keeping the tokens at or above the 0.2-quantile of
+                log π_old - log π_ref from step 20 (the authors' logp mask)
+  divergence_weighted  GRPO advantages times 1 + α·JS_t/mean(JS), JS the
+                full-vocabulary divergence of π_old from the reference
+  mc_grpo       median baseline over G + 1 samples, (R - median)/(MAD + 1e-3),
+                the pivot out of the gradient (MC-GRPO's authors)
+  treepo        the tree sampler (segments of max_new_tokens / 4, depth 4, 16
+                leaves, first branching 2..8, divergence 2) with the tree
+                advantage and DAPO's clip 0.2 / 0.28, dual clip 10
+  dars          Dr.GRPO advantages, no KL, extra rollouts for hard prompts
+                (hardness-weighted, N_max = 64)
+  dars_b        DARS with breadth: 4× the prompts per step in one full-batch
+                update, 2 epochs (the authors' 3,072 prompts per step)
+  bots          GRPO over prompts chosen by BOTS (Thompson draws from Beta
+                pass-rate posteriors; a procedural task's pool capped at 4,096)
 """
 
 from __future__ import annotations
@@ -64,7 +84,9 @@ def _dapo(c):
     c.rl.loss.agg = "token_mean"
     c.rl.loss.eps_low, c.rl.loss.eps_high, c.rl.loss.dual_clip = 0.2, 0.28, 10.0
     c.rl.kl.coef = 0.0
+    c.rl.overlong.buffer, c.rl.overlong.factor = max(1, c.sampling.max_new_tokens // 5), 1.0
     c.train.dynamic_sampling = True
+    c.train.dynamic_max_rounds = 10
     _minibatches(c, 16)
 
 
@@ -93,8 +115,84 @@ def _reinforce_pp(c):
     _minibatches(c, 8)
 
 
+def _nsr(c):
+    _dapo(c)
+    c.rl.loss.name = "nsr"
+
+
+def _fipo(c):
+    _dapo(c)
+    c.rl.reweight.name = "fipo"
+
+
+def _logp_reweight(c):
+    _dapo(c)
+    c.rl.reweight.name = "logp_reweight"
+    c.rl.reweight.c, c.rl.reweight.form = 0.2, "linear"
+
+
+def _delta_logp_mask(c):
+    _dapo(c)
+    c.rl.reweight.name = "delta_logp_mask"
+    c.rl.reweight.quantile, c.rl.reweight.start_step = 0.2, 20
+
+
+def _divergence_weighted(c):
+    _grpo(c)
+    c.rl.kl.coef = 0.0
+    c.rl.reweight.name = "divergence_weighted"
+    c.rl.reweight.divergence, c.rl.reweight.alpha = "js", 1.0
+
+
+def _mc_grpo(c):
+    _grpo(c)
+    c.rl.advantage.name = "mc_grpo"
+    c.rl.advantage.scale = "mad"
+
+
+def _treepo(c):
+    _dapo(c)
+    c.train.dynamic_sampling = False
+    c.rl.overlong.buffer = 0
+    c.rl.advantage.name = "tree"
+    c.sampling.sampler = "tree"
+    depth, page = 4, c.sampling.page_size
+    segment = max(1, c.sampling.max_new_tokens // depth)
+    if segment < page:  # short answers: pages as small as a segment
+        c.sampling.page_size = segment
+    else:
+        segment = segment // page * page
+    c.sampling.tree.max_depth = depth
+    c.sampling.tree.segment_len = segment
+    c.sampling.tree.leaves_per_prompt = 16
+    c.sampling.tree.first_branching = "2,8"
+    c.sampling.tree.divergence = 2
+
+
+def _dars(c):
+    _dr_grpo(c)
+    c.data.selector.name = "dars"
+    c.data.selector.schedule, c.data.selector.n_max = "hw", 64
+
+
+def _dars_b(c):
+    _dars(c)
+    c.train.prompts_per_step *= 4
+    c.train.epochs, c.train.minibatches = 2, 1
+
+
+def _bots(c):
+    _grpo(c)
+    c.data.selector.name = "bots"
+    if c.data.source == "task":
+        c.data.train_size = min(c.data.train_size, 4096)
+
+
 VARIANTS = {"grpo": _grpo, "dr_grpo": _dr_grpo, "dapo": _dapo, "gspo": _gspo,
-            "rloo": _rloo, "reinforce_pp": _reinforce_pp}
+            "rloo": _rloo, "reinforce_pp": _reinforce_pp, "nsr": _nsr, "fipo": _fipo,
+            "logp_reweight": _logp_reweight, "delta_logp_mask": _delta_logp_mask,
+            "divergence_weighted": _divergence_weighted, "mc_grpo": _mc_grpo,
+            "treepo": _treepo, "dars": _dars, "dars_b": _dars_b, "bots": _bots}
 
 
 def apply(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:

@@ -39,12 +39,14 @@ class Sequences:
 
 def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_size: int,
              groups: int, completion_len: int, sampler_logp: list[np.ndarray] | None = None,
+             row_valid: list[bool] | None = None,
              prompt_multiple: int = PROMPT_MULTIPLE) -> Sequences:
     """Pads `len(prompts)` <= groups prompt groups into fixed-shape arrays.
 
     prompts[i]: token ids of group i's prompt; completions[i·G + j]: its j-th
     completion (longer than `completion_len` is an error); sampler_logp[r]:
-    one log-prob per token of completion r.
+    one log-prob per token of completion r; row_valid[r]: False for a padding row
+    inside a group (rl.groups.Groups.pad), which is then left out like padding groups.
     """
     g, c = group_size, completion_len
     if len(prompts) > groups or len(completions) != len(prompts) * g:
@@ -71,4 +73,6 @@ def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_si
         if sampler_logp is not None:
             logp[i, :len(comp)] = sampler_logp[i][:len(comp)]
     valid = np.arange(rows) < len(completions)
+    if row_valid is not None:
+        valid[:len(completions)] &= np.asarray(row_valid, bool)
     return Sequences(prompt_arr, prompt_lens, completion, mask, logp, valid)

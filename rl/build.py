@@ -61,13 +61,17 @@ class Run:
     rules: Any
     act: sharding.ActivationSharding
     eval_ks: tuple[int, ...]
+    selector: Any = None  # rl.selectors (data.selector), made by `resolve`
 
     @property
     def samples_per_prompt(self) -> int:
-        """G: completions per prompt, the tree's leaves or `sampling.n`; mc_grpo draws
-        one more (its G + 1, the median pivot getting no gradient), as its authors do."""
+        """G: completions per prompt (the learner's group size), the tree's leaves or
+        `sampling.n`; mc_grpo draws one more (its G + 1, the median pivot getting no
+        gradient), as its authors do; with DARS, N_max (groups padded to it)."""
         if self.tree:
             return self.tree.leaves_per_prompt
+        if getattr(self.selector, "name", "") == "dars":  # groups padded to DARS's N_max
+            return self.selector.n_max
         return int(self.cfg.sampling.n) + (self.algorithm.advantage == "mc_grpo")
 
     @property
@@ -122,6 +126,9 @@ def make_sources(data) -> tuple[Any, Any | None, str]:
                          f"{', '.join(DATA_SOURCES)})")
     fields = {"template": data.template, "answer_field": data.answer_field,
               "uid_field": data.uid_field or None}
+    if data.pass_rate_fields and data.source not in ("jsonl", "parquet"):
+        raise ValueError(f"data.pass_rate_fields is set but data.source is {data.source}: "
+                         "offline pass rates are read from jsonl/parquet rows")
     if data.source == "task":
         task = tasks_lib.make(data.task.name, **set_options(data.task))
         return (sources_lib.TaskSource(task, "train", data.train_size),
@@ -140,7 +147,12 @@ def make_sources(data) -> tuple[Any, Any | None, str]:
         if not path.endswith(f".{data.source}"):
             raise ValueError(f"data.source is {data.source} but {path} is not a "
                              f".{data.source} file")
-    train = sources_lib.FileSource(data.path, **fields)
+    rates = tuple(f.strip() for f in data.pass_rate_fields.split(",")) \
+        if data.pass_rate_fields else None
+    if rates is not None and (len(rates) != 2 or not all(rates)):
+        raise ValueError(f"data.pass_rate_fields must name two fields 'weak,strong', got "
+                         f"{data.pass_rate_fields!r}")
+    train = sources_lib.FileSource(data.path, **fields, pass_rate_fields=rates)
     heldout = sources_lib.FileSource(data.heldout_path, **fields) if data.heldout_path else None
     return train, heldout, ""
 
@@ -314,8 +326,10 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if cfg.data.system_prompt and not cfg.data.chat_template:
         raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
-    return Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
-               rules, sharding.ActivationSharding(mesh, rules), eval_ks)
+    run = Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
+              rules, sharding.ActivationSharding(mesh, rules), eval_ks)
+    from rl.collect import make_selector  # rl.collect imports rl.evaluation, which needs Run
+    return dataclasses.replace(run, selector=make_selector(run))
 
 
 def init_params(run: Run) -> Any:

@@ -50,9 +50,9 @@ from rl import learner as learner_lib
 from rl import overlong, reweighting
 from rl.batch import assemble
 from rl.build import Run, export, needs_reference
-from rl.data.sources import batches
+from rl.collect import Collector
 from rl.faults import Faults
-from rl.groups import Groups, all_alike, finish_rewards
+from rl.groups import Groups
 from rl.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
@@ -82,7 +82,7 @@ class Trainer:
         self.ref_checksum = (checkpoint.checksums(self.ref_params)
                              if self.ref_params is not None else None)
         self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
-        self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
+        self.collector = Collector(run, self._sample, run.selector)
         self.samples = run.samples_per_prompt
         self.rows = cfg.train.prompts_per_step * self.samples
         # on the mesh (replicated), like every other leaf of the state: a restored
@@ -113,67 +113,35 @@ class Trainer:
         self.rng, self.eval_rng = tree["rng"], tree["eval_rng"]
 
     def host_state(self) -> dict:
-        return {"data": self.data_state(), "zero_reward_steps": self.zero_reward_steps,
-                "empty_steps": self.empty_steps, "reference": self.ref_checksum}
+        return self.collector.host_state() | {
+            "zero_reward_steps": self.zero_reward_steps, "empty_steps": self.empty_steps,
+            "reference": self.ref_checksum}
 
     def set_host_state(self, host: dict) -> None:
         if host["reference"] != self.ref_checksum:
             raise checkpoint.CheckpointError(
                 "the reference policy rebuilt from the config differs from the one the "
                 "checkpointed run used (did the weights in model.hf_path or DIR/sft change?)")
-        self.set_data_state(host["data"])
+        self.collector.set_host_state(host)
         self.zero_reward_steps, self.empty_steps = host["zero_reward_steps"], host["empty_steps"]
 
     def data_state(self) -> dict:
-        return self.data.get_state()
+        return self.collector.data_state()
 
     def set_data_state(self, state: dict) -> None:
-        self.data.set_state(state)
+        self.collector.set_data_state(state)
 
     # -- rollouts ---------------------------------------------------------------------------
-    def _sample(self, prompts: list[list[int]], rng) -> sampling.Rollouts:
+    def _sample(self, prompts: list[list[int]], n: int, rng) -> sampling.Rollouts:
+        """`n` samples of each prompt (flat), or the tree's leaves (n unused)."""
         run, s = self.run_, self.cfg.sampling
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, self.state.params, prompts,
                                           run.tree, run.sampling_params, rng,
                                           decode=run.tokenizer.decode)
-        return sampling.generate(run.model_config, self.state.params, prompts, self.samples,
+        return sampling.generate(run.model_config, self.state.params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len)
-
-    def collect(self) -> tuple[Groups, dict[str, float], Callable[[], None]]:
-        """Samples and submits prompts for scoring; applies the dynamic-sampling filter.
-
-        Returns (groups, stats, finish). Without dynamic sampling the rewards are
-        still being scored by the reward workers: `finish()` waits for them and fills
-        `groups.rewards`/`groups.correct` and the reward stats, so the caller can
-        dispatch device work first. With dynamic sampling (which needs the rewards to
-        filter) every round is scored before the next, and `finish` does nothing."""
-        cfg = self.cfg
-        want = cfg.train.prompts_per_step
-        dynamic = cfg.train.dynamic_sampling
-        rounds = cfg.train.dynamic_max_rounds if dynamic else 1
-        kept, sampled = Groups(), []
-        for _ in range(rounds):
-            examples = next(self.data)
-            prompts = [self.run_.encode_prompt(ex.prompt) for ex in examples]
-            self.rng, key = jax.random.split(self.rng)
-            rollouts = self._sample(prompts, key)
-            pending = evaluation.submit_rollouts(self.run_, rollouts,
-                                                 [ex.reference for ex in examples])
-            scored = pending.result() if dynamic else None
-            sampled.append((rollouts, pending))
-            for p in range(len(examples)):
-                rows = np.flatnonzero(rollouts.prompt_index == p)
-                if scored is not None and all_alike(scored.correct[rows]):
-                    continue  # dynamic sampling: nothing to learn from this group
-                if kept.num_groups >= want:
-                    continue
-                kept.add(prompts[p], rollouts, rows, len(sampled) - 1)
-            if kept.num_groups >= want:
-                break
-        stats: dict[str, float] = {}
-        return kept, stats, lambda: finish_rewards(kept, sampled, stats)
 
     # -- advantages ---------------------------------------------------------------------------
     def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths, step,
@@ -301,7 +269,7 @@ class Trainer:
         """One RL step (`step` numbers it for the warnings and `config.fault`)."""
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
-        groups, stats, finish_rewards = self.collect()
+        groups, stats, finish_rewards, self.rng = self.collector.collect(step, self.rng)
         self.faults.after_rollout(step)
         if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
             finish_rewards()
@@ -312,7 +280,7 @@ class Trainer:
             return metrics
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
-                        sampler_logp=groups.logp)
+                        sampler_logp=groups.logp, row_valid=groups.valid)
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())
@@ -345,10 +313,12 @@ class Trainer:
         learner_metrics = jax.device_get(learner_metrics)
         t3 = time.perf_counter()
 
-        n = len(groups.rewards)
-        rewards = np.asarray(groups.rewards, np.float32)
-        correct = np.asarray(groups.correct, bool)
-        lengths = np.array([len(c) for c in groups.completions]) if n else np.zeros(1)
+        real = np.asarray(groups.valid, bool)  # DARS pads its groups with invalid rows
+        n = int(real.sum())
+        rewards = np.asarray(groups.rewards, np.float32)[real]
+        correct = np.asarray(groups.correct, bool)[real]
+        lengths = (np.array([len(c) for c in groups.completions])[real] if n
+                   else np.zeros(1))
         metrics = dict(stats) | shaping | self.reweight_metrics(seqs, grad_mask, weight,
                                                                divergence)
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
@@ -361,7 +331,8 @@ class Trainer:
             "accuracy": float(np.mean(correct)) if n else 0.0,
             "response_length/mean": float(lengths.mean()),
             "response_length/max": int(lengths.max()),
-            "response_length/truncated_frac": float(np.mean(groups.truncated)) if n else 0.0,
+            "response_length/truncated_frac": (float(np.mean(np.asarray(groups.truncated)[real]))
+                                               if n else 0.0),
             "batch/rows": n, "update/skipped": 0,
             "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,

@@ -84,7 +84,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     caches from one `engine.PromptLayout` (so they share page tables); then
     each segment calls `decode(carry, state, seg, limit, steps) -> (out,
     hidden, carry)` (`carry`, e.g. the caches, is opaque here). Returns the
-    Rollouts and `out.extra` of the segments joined, trimmed to [R, max_new_tokens].
+    Rollouts and `out.extra` of the segments joined, trimmed to [R, max_new_tokens]
+    (fewer columns when every row finished, or decoding stopped, earlier).
 
     `stop_when(done)`, with `done` [R] bool (rows that hit a stop token or
     their budget), is called after each segment but the last; when it returns
@@ -178,7 +179,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     width = sp.max_new_tokens
     num = out.num_tokens[:r]
     lengths = np.minimum(num, budget[:r]).astype(num.dtype)
-    keep = np.arange(width) < lengths[:, None]  # [R, width]: drops tokens past a budget
+    # [R, N]: drops tokens past a budget (N < width when every row finished early)
+    keep = np.arange(min(width, out.tokens.shape[1])) < lengths[:, None]
     pad = np.int32(config.pad_token_id or 0)
     finish = np.where((out.finish[:r] == engine.STOP) & (num <= budget[:r]), "stop",
                       np.where(done[:r], "length", "partial"))
@@ -193,7 +195,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
                "kv_pages": pool.num_pages,
                "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs),
-               "stopped_early": int(stopped_early), "partial_rows": int((finish == "partial").sum()),
+               "stopped_early": int(stopped_early),
+               "partial_rows": int((finish == "partial").sum()),
                "cut_tokens": int((num - lengths).sum())})
     extra = {k: np.where(keep, v[:r, :width], 0).astype(v.dtype) for k, v in out.extra.items()}
     return rollouts, extra

@@ -83,14 +83,17 @@ class FileSource:
     """Prompts and answers from a JSONL or Parquet file.
 
     The prompt is `template.format(**row)` (default: the row's "prompt"
-    field); the verifier's reference is the row's `answer_field`. Rows are
+    field); the verifier's reference is the row's `answer_field`;
+    `pass_rate_fields` (weak, strong) name two numbers in [0, 1] per row, the
+    offline pass rates BOTS interpolates (`Example.pass_rates`). Rows are
     numbered from 1 in errors (JSONL: the line number).
     """
 
     def __init__(self, path: str, *, template: str = "{prompt}", answer_field: str = "answer",
-                 uid_field: str | None = None):
+                 uid_field: str | None = None, pass_rate_fields: tuple[str, str] | None = None):
         fields = {name for _, name, _, _ in string.Formatter().parse(template) if name}
         needed = fields | {answer_field} | ({uid_field} if uid_field else set())
+        needed |= set(pass_rate_fields or ())
         self.path = path
         self.examples: list[Example] = []
         for number, row in _read_rows(path):
@@ -104,8 +107,15 @@ class FileSource:
                 raise DataError(f"{path} row {number}: field '{answer_field}' is null")
             prompt = template.format(**{k: row[k] for k in fields})
             uid = str(row[uid_field]) if uid_field else f"{os.path.basename(path)}:{number}"
+            rates = None
+            if pass_rate_fields:
+                rates = tuple(row[f] for f in pass_rate_fields)
+                if not all(isinstance(r, (int, float)) and not isinstance(r, bool)
+                           and 0.0 <= r <= 1.0 for r in rates):
+                    raise DataError(f"{path} row {number}: pass rates {pass_rate_fields} must "
+                                    f"be numbers in [0, 1], got {list(rates)}")
             self.examples.append(Example(prompt=prompt, reference=row[answer_field],
-                                         solution="", uid=uid))
+                                         solution="", uid=uid, pass_rates=rates))
         if not self.examples:
             raise DataError(f"{path}: no rows")
 

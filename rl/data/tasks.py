@@ -35,6 +35,8 @@ class Example:
     reference: Any
     solution: str   # a correct completion, used for the supervised warm start
     uid: str        # canonical problem id (split assignment, deduplication)
+    # offline pass rates of a weak and a strong reference model (BOTS's implicit evidence)
+    pass_rates: tuple[float, float] | None = None
 
 
 def heldout_bucket(uid: str, seed: int) -> float:

@@ -65,7 +65,7 @@ def train(cfg, workdir, skip_batch=None):
     out = io.StringIO()
     trainer = Trainer(run, build.init_params(run), str(workdir), stream=out)
     if skip_batch is not None:
-        trainer.data = SkipBatch(trainer.data, skip_batch)
+        trainer.collector.data = SkipBatch(trainer.collector.data, skip_batch)
     summary = trainer.run()
     return trainer, summary, logs.read(os.path.join(workdir, "metrics.jsonl")), out.getvalue()
 

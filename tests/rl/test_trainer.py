@@ -97,21 +97,73 @@ def test_loop_logs_everything_and_is_deterministic(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+# what each variant's mechanism logs, and a check that it acted in a 2-step run
+# (step 1 is on-policy with π_θ = π_ref, so divergences from the reference show at step 2)
+MECHANISM = {
+    "grpo": ("kl", lambda v: v[-1] > 0),                     # k3 KL to the reference
+    "dr_grpo": ("advantage/abs_mean", lambda v: max(v) > 0),
+    "dapo": ("overlong/penalized_frac", lambda v: max(v) > 0),
+    "gspo": ("learner/clip_frac_high", None),                # + clip_frac_low, below
+    "rloo": ("advantage/abs_mean", lambda v: max(v) > 0),
+    "reinforce_pp": ("advantage/abs_mean", lambda v: max(v) > 0),
+    "nsr": ("learner/nsr_band_frac", lambda v: max(v) > 0),
+    "fipo": ("learner/fipo_weight_changed_frac", lambda v: max(v) > 0),
+    "logp_reweight": ("reweight/weight_mean", lambda v: min(v) > 1.0),  # 1 + c(1 - p) > 1
+    "delta_logp_mask": ("reweight/zeroed_frac", lambda v: v[-1] > 0),
+    "divergence_weighted": ("reweight/js_mean", lambda v: v[-1] > 0),
+    "mc_grpo": ("batch/rows", lambda v: min(v) == 2 * 5),    # G + 1 = 5 samples per prompt
+    "treepo": ("tree/shared_token_frac", lambda v: max(v) > 0),  # prefixes decoded once
+    "dars": ("dars/extra_rollouts", lambda v: max(v) > 0),
+    "dars_b": ("dars/extra_rollouts", lambda v: max(v) > 0),
+    "bots": ("bots/evidence", lambda v: max(v) > 2.0),       # Beta(1, 1): α + β = 2
+}
+VARIANT_OVERRIDES = {
+    # each variant's own settings scaled to the very small run
+    "treepo": {"sampling.page_size": 2, "sampling.tree.segment_len": 2},
+    "dars": {"data.selector.n_max": 8}, "dars_b": {"data.selector.n_max": 8},
+    "delta_logp_mask": {"rl.reweight.start_step": 1},
+    "nsr": {"rl.loss.delta_high": 5.0, "rl.loss.delta_low": 0.7, "optim.lr": 3e-2},
+    "gspo": {"optim.lr": 3e-2},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(variants.VARIANTS))
-def test_every_variant_trains_one_step(tmp_path, variant):
+def test_every_variant_trains_two_steps_and_its_mechanism_acts(tmp_path, variant):
     # a format check random text passes about half the time: rewards differ within
     # groups, so every variant (DAPO's filter included) has a batch to learn from
-    cfg = small_config(variant, **{"train.steps": 1, "train.eval_every": 0,
+    cfg = small_config(variant, **{"train.steps": 2, "train.eval_every": 0,
                                    "train.old_logp": "recompute", "rl.loss.tis_cap": 2.0,
                                    "rl.reward.name": "format",
-                                   "rl.reward.pattern": ".*[a-z].*"})
+                                   "rl.reward.pattern": ".*[a-z].*"},
+                       **VARIANT_OVERRIDES.get(variant, {}))
     _, records = train(cfg, tmp_path)
-    step = records[-1]
-    assert step["step"] == 1 and step["batch/rows"] > 0
-    assert np.isfinite(step["learner/loss"]) and step["advantage/abs_mean"] > 0
-    if cfg.rl.kl.coef > 0 and not cfg.rl.kl.in_reward:
-        assert step["kl"] is not None
+    steps = [r for r in records if "learner/loss" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for step in steps:
+        assert step["batch/rows"] > 0
+        assert np.isfinite(step["learner/loss"]) and step["advantage/abs_mean"] > 0
+    key, acted = MECHANISM[variant]
+    values = [r[key] for r in steps]
+    if variant == "gspo":  # its tiny clip range clips most sequences once π_θ moves
+        assert max(values) + max(r["learner/clip_frac_low"] for r in steps) > 0
+    else:
+        assert acted(values), (key, values)
+@pytest.mark.slow
+def test_dynamic_sampling_drops_alike_groups_and_refills_on_accuracy(tmp_path):
+    # correctness is the format check (a letter a-h: a minority of the random 8-token
+    # completions of the untrained model): some groups are all wrong and must be
+    # replaced by new prompts, up to the batch size
+    cfg = small_config("dapo", **{"train.steps": 2, "train.eval_every": 0,
+                                  "rl.reward.name": "format", "rl.overlong.buffer": 0,
+                                  "rl.reward.pattern": ".*[a-h].*"})
+    _, records = train(cfg, tmp_path)
+    steps = [r for r in records if "learner/loss" in r]
+    assert max(r["dynamic/rounds"] for r in steps) > 1          # it sampled more prompts
+    for r in steps:  # and kept only groups with right and wrong samples, up to the batch
+        assert r["dynamic/kept_groups"] == cfg.train.prompts_per_step
+        assert 0 < r["accuracy"] < 1
+        assert r["frac_reward_zero_std"] > 0                     # what it dropped
 
 
 # a tree of 4 leaves per prompt: 2 first branches, each split in 2; leaves <= 8 tokens

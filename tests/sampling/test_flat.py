@@ -226,3 +226,152 @@ def test_output_head_logits_equal_the_model_logits(tiny, tied):
     # pre-transposed vs einsum head: one dot of hidden_size terms, maybe in another order
     np.testing.assert_allclose(np.asarray(got), np.asarray(want),
                                atol=fp32_atol(want, config.hidden_size), rtol=0)
+
+
+# -- early stop (`stop_when`) and per-row budgets: the sampler side of APRIL (rl.april) ---------
+
+def _same_rows(got, want, rows, upto=None):
+    """Rows `rows` of two Rollouts agree on their first `upto` (default: all) tokens."""
+    for r in rows:
+        k = int(want.lengths[r]) if upto is None else upto
+        np.testing.assert_array_equal(got.tokens[r, :k], want.tokens[r, :k])
+        np.testing.assert_array_equal(got.logprobs[r, :k], want.logprobs[r, :k])
+        np.testing.assert_array_equal(got.raw_logprobs[r, :k], want.raw_logprobs[r, :k])
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """Every PagePool `generate` creates, to check that none leaks pages."""
+    import sampling.flat as flat
+
+    made = []
+
+    class Recorded(PagePool):
+        def __init__(self, num_pages):
+            super().__init__(num_pages)
+            made.append(self)
+
+    monkeypatch.setattr(flat, "PagePool", Recorded)
+    return made
+
+
+def test_stop_when_stops_after_a_segment_and_marks_partial_rows(tiny, pools):
+    config, params = tiny
+    prompts = random_prompts(6, [5, 11, 8])
+    # ~10% of the vocabulary stops a row: some rows finish in the first 8 tokens, some not
+    sp = SamplingParams(temperature=1.0, max_new_tokens=32, stop_token_ids=tuple(range(0, 512, 9)))
+    kw = dict(page_size=4, segment_len=8)
+    full = generate(config, params, prompts, 4, sp, jax.random.key(3), **kw)
+    seen = []
+
+    def stop_now(done):
+        seen.append(done)
+        return True
+
+    ro = generate(config, params, prompts, 4, sp, jax.random.key(3), stop_when=stop_now, **kw)
+    assert len(seen) == 1 and seen[0].shape == (12,) and seen[0].dtype == bool
+    first = (full.finish_reason == "stop") & (full.lengths <= 8)  # done in segment 0
+    np.testing.assert_array_equal(seen[0], first)
+    assert 0 < first.sum() < 12  # the seed gives both kinds
+    np.testing.assert_array_equal(ro.finish_reason, np.where(first, "stop", "partial"))
+    np.testing.assert_array_equal(ro.lengths, np.where(first, full.lengths, 8))
+    _same_rows(ro, full, np.flatnonzero(first))
+    _same_rows(ro, full, np.flatnonzero(~first), upto=8)  # the partial rows' prefix
+    assert np.all(ro.tokens[~first, 8:] == (config.pad_token_id or 0))
+    assert np.all(ro.logprobs[~first, 8:] == 0.0)
+    assert ro.stats["stopped_early"] == 1 and ro.stats["partial_rows"] == int((~first).sum())
+    assert ro.stats["decode_calls"] == 1
+    assert full.stats["stopped_early"] == 0 and full.stats["partial_rows"] == 0
+    assert len(pools) == 2 and all(pool.used_pages == 0 for pool in pools)  # no leak
+
+
+def test_stop_when_that_never_fires_changes_nothing(tiny):
+    config, params = tiny
+    prompts = random_prompts(7, [5, 9])
+    sp = SamplingParams(temperature=1.0, max_new_tokens=20, stop_token_ids=tuple(range(0, 512, 9)))
+    kw = dict(page_size=4, segment_len=8)
+    base = generate(config, params, prompts, 3, sp, jax.random.key(0), **kw)
+    calls = []
+    never = generate(config, params, prompts, 3, sp, jax.random.key(0),
+                     stop_when=lambda done: calls.append(done.copy()) or False, **kw)
+    full_budget = generate(config, params, prompts, 3, sp, jax.random.key(0),
+                           max_new_tokens_per_row=np.full(6, 20), **kw)
+    assert calls and all(c.shape == (6,) for c in calls)
+    for other in (never, full_budget):
+        for field in ("tokens", "lengths", "logprobs", "raw_logprobs", "prompt_index",
+                      "finish_reason"):
+            np.testing.assert_array_equal(getattr(other, field), getattr(base, field))
+        assert other.stats == base.stats
+
+
+def test_stop_when_with_the_april_rule(tiny, pools):
+    """`rl.april.stop_rule`: stops once `target` groups have all rows done."""
+    from rl import april
+
+    config, params = tiny
+    prompts = random_prompts(8, [6, 7, 9, 12])
+    sp = SamplingParams(temperature=1.0, max_new_tokens=48, stop_token_ids=tuple(range(0, 512, 7)))
+    kw = dict(page_size=4, segment_len=8)
+    full = generate(config, params, prompts, 2, sp, jax.random.key(1), **kw)
+    ro = generate(config, params, prompts, 2, sp, jax.random.key(1),
+                  stop_when=april.stop_rule(2, 2), **kw)
+    done = ro.finish_reason != "partial"
+    assert done.reshape(4, 2).all(axis=1).sum() >= 2  # the target reached ...
+    if ro.stats["stopped_early"]:  # ... at the first segment boundary it was
+        stop = int(ro.lengths[~done].max())
+        assert stop % 8 == 0 and np.all(ro.lengths[~done] == stop)
+        before = (full.finish_reason == "stop") & (full.lengths <= stop - 8)
+        assert before.reshape(4, 2).all(axis=1).sum() < 2
+    _same_rows(ro, full, np.flatnonzero(done))
+    assert all(pool.used_pages == 0 for pool in pools)
+
+
+def test_per_row_budgets_cut_the_unlimited_sample(tiny):
+    config, params = tiny
+    prompts = random_prompts(9, [5, 13])
+    sp = SamplingParams(temperature=1.0, max_new_tokens=24, stop_token_ids=tuple(range(0, 512, 31)))
+    kw = dict(page_size=4, segment_len=8)
+    full = generate(config, params, prompts, 3, sp, jax.random.key(4), **kw)
+    budgets = np.array([1, 5, 8, 13, 24, 17])
+    ro = generate(config, params, prompts, 3, sp, jax.random.key(4),
+                  max_new_tokens_per_row=budgets, **kw)
+    assert np.all(ro.lengths <= budgets)
+    for r, b in enumerate(budgets):
+        if full.finish_reason[r] == "stop" and full.lengths[r] <= b:  # stopped within budget
+            assert ro.finish_reason[r] == "stop" and ro.lengths[r] == full.lengths[r]
+        else:  # the prefix property: the first b tokens of the unlimited sample
+            assert ro.finish_reason[r] == "length" and ro.lengths[r] == b
+        _same_rows(ro, full, [r], upto=int(ro.lengths[r]))
+        assert np.all(ro.logprobs[r, ro.lengths[r]:] == 0.0)
+        assert np.all(ro.tokens[r, ro.lengths[r]:] == (config.pad_token_id or 0))
+    assert ro.stats["cut_tokens"] >= 0 and ro.stats["partial_rows"] == 0
+    # budgets all below 17: the last segment is never run
+    small = generate(config, params, prompts, 3, sp, jax.random.key(4),
+                     max_new_tokens_per_row=np.minimum(budgets, 16), **kw)
+    assert small.stats["decode_calls"] <= 2 and np.all(small.lengths <= 16)
+
+
+def test_budgets_and_stop_when_together(tiny, pools):
+    """A resumed row (small budget) finishes "length" while a long one is "partial"."""
+    config, params = tiny
+    prompts = random_prompts(10, [4, 9])
+    sp = SamplingParams(temperature=1.0, max_new_tokens=32)
+    kw = dict(page_size=4, segment_len=8)
+    ro = generate(config, params, prompts, 2, sp, jax.random.key(2),
+                  max_new_tokens_per_row=np.array([3, 32, 8, 32]),
+                  stop_when=lambda done: bool(done.sum() >= 2), **kw)
+    eos = set(config.eos_token_ids)
+    for r, (want, length) in enumerate([("length", 3), ("partial", 8), ("length", 8),
+                                        ("partial", 8)]):
+        if not set(ro.tokens[r, :ro.lengths[r]].tolist()) & eos:
+            assert ro.finish_reason[r] == want and ro.lengths[r] == length
+    assert all(pool.used_pages == 0 for pool in pools)
+
+
+def test_bad_budgets_are_named(tiny):
+    config, params = tiny
+    sp = SamplingParams(max_new_tokens=8)
+    for bad in ([1, 2, 3], [0, 1], [1, 9], [1.0, 2.0]):
+        with pytest.raises(ValueError, match=r"max_new_tokens_per_row must be 2 ints in \[1, 8\]"):
+            generate(config, params, [[1], [2]], 1, sp, jax.random.key(0),
+                     max_new_tokens_per_row=np.array(bad))

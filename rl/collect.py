@@ -1,0 +1,185 @@
+"""A step's rollouts: which prompts, how many samples each, which groups are kept.
+
+    collector = Collector(run, sample)     # sample(prompts, n, key) -> sampling.Rollouts
+    kept, stats, finish, rng = collector.collect(step, rng)
+    ...                                    # dispatch device work
+    finish()                               # waits for the rewards, fills kept.rewards
+
+One step:
+  1. prompts: the next batch of the seeded grain iterator, or the task
+     selector's choice (`data.selector.name=bots`: Thompson draws from Beta
+     pass-rate posteriors over the train pool, rl/selectors.py);
+  2. `run.samples_per_prompt` completions each (flat or tree), submitted to the
+     reward workers;
+  3. DARS (`data.selector.name=dars`): once stage 1 is scored, a prompt with
+     accuracy < 0.5 gets extra rollouts (`Selector.extra_rollouts`), sampled
+     as one more call with the prompt repeated (its pages shared) and joined to
+     its group; groups are padded to n_max rows (padding rows are invalid);
+  4. dynamic sampling (`train.dynamic_sampling`, DAPO): a group whose samples
+     are all correct or all wrong is dropped and more prompts are drawn, up to
+     `train.dynamic_max_rounds` rounds, until `prompts_per_step` groups are kept;
+  5. the selector's state is updated from the step's successes and attempts.
+
+State for checkpoints: `data_state()` (the iterator's position) and
+`selector_state` (JSON through `rl.selectors.state_to_json`). A BOTS selection
+is a function of (seed, step, state), so a replayed step draws the same tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from rl import evaluation, selectors
+from rl.data.sources import batches
+from rl.groups import Groups, all_alike, finish_rewards
+
+MAX_BOTS_TASKS = 200_000  # BOTS keeps two floats per task in every checkpoint
+
+
+def make_selector(run) -> selectors.Uniform:
+    """The run's task selector (`data.selector`), checked against the run's settings."""
+    from rl.algorithm import set_options
+
+    cfg = run.cfg
+    section = cfg.data.selector
+    name = section.name
+    source = run.train_source
+    offline = None
+    if name == "bots":
+        if len(source) > MAX_BOTS_TASKS:
+            raise ValueError(f"data.selector.name=bots keeps a posterior per task of the train "
+                             f"pool, which has {len(source)} > {MAX_BOTS_TASKS} tasks: set "
+                             "data.train_size (procedural tasks) or use a smaller file")
+        if cfg.train.dynamic_sampling:
+            raise ValueError("data.selector.name=bots with train.dynamic_sampling: BOTS already "
+                             "selects tasks whose pass rate is near 0.5; use one of them")
+        if cfg.data.pass_rate_fields:
+            offline = np.array([source[i].pass_rates for i in range(len(source))], np.float64)
+    if name == "dars" and run.tree is not None:
+        raise ValueError("data.selector.name=dars needs sampling.sampler=flat (its extra "
+                         "rollouts are flat samples of the prompt)")
+    return selectors.make(name, num_tasks=len(source), n=int(cfg.sampling.n),
+                          offline=offline, **set_options(section))
+
+
+class Collector:
+    """Samples, scores and keeps one step's prompt groups (see the module docstring)."""
+
+    def __init__(self, run, sample: Callable, selector: selectors.Uniform):
+        cfg = run.cfg
+        self.run, self.sample, self.selector = run, sample, selector
+        self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
+        self.selector_state = selector.init_state()
+        self.group_size = run.samples_per_prompt
+        # flat samples per prompt before DARS's extras: mc_grpo's authors draw G + 1
+        self.first = int(cfg.sampling.n) + (run.algorithm.advantage == "mc_grpo")
+
+    # -- state ------------------------------------------------------------------------------
+    def data_state(self) -> dict:
+        return self.data.get_state()
+
+    def set_data_state(self, state: dict) -> None:
+        self.data.set_state(state)
+
+    def host_state(self) -> dict:
+        return {"data": self.data_state(),
+                "selector": selectors.state_to_json(self.selector_state)}
+
+    def set_host_state(self, host: dict) -> None:
+        self.set_data_state(host["data"])
+        self.selector_state = (selectors.state_from_json(host["selector"])
+                               if "selector" in host else self.selector.init_state())
+
+    # -- one step ---------------------------------------------------------------------------
+    def _examples(self, step: int, round_: int) -> tuple[list, np.ndarray | None]:
+        """The round's examples and, when the selector chose them, their task indices."""
+        if round_ == 0:
+            idx = self.selector.select(self.selector_state,
+                                       selectors.step_rng(self.run.cfg.seed, step),
+                                       self.run.cfg.train.prompts_per_step)
+            if idx is not None:
+                return [self.run.train_source[int(i)] for i in idx], idx
+        return next(self.data), None
+
+    def collect(self, step: int, rng) -> tuple[Groups, dict, Callable[[], None], jax.Array]:
+        """Returns (groups, stats, finish, rng). Without dynamic sampling or DARS the rewards
+        are still being scored: `finish()` waits for them and fills `groups.rewards` /
+        `groups.correct` and the reward stats, so the caller can dispatch device work
+        first. With either, each round is scored before the next."""
+        cfg = self.run.cfg
+        want = cfg.train.prompts_per_step
+        dynamic = cfg.train.dynamic_sampling
+        dars = self.selector.name == "dars"
+        rounds = cfg.train.dynamic_max_rounds if dynamic else 1
+        kept, sampled = Groups(), []
+        chosen, attempts, successes = None, [], []
+        for round_ in range(rounds):
+            examples, idx = self._examples(step, round_)
+            chosen = idx if idx is not None else chosen
+            prompts = [self.run.encode_prompt(ex.prompt) for ex in examples]
+            refs = [ex.reference for ex in examples]
+            rng, key = jax.random.split(rng)
+            rollouts = self.sample(prompts, self.first, key)
+            pending = evaluation.submit_rollouts(self.run, rollouts, refs)
+            sampled.append((rollouts, pending, True))
+            scored = pending.result() if (dynamic or dars or idx is not None) else None
+            parts = [[(rollouts, np.flatnonzero(rollouts.prompt_index == p), len(sampled) - 1)]
+                     for p in range(len(examples))]
+            if dars:
+                rng = self._dars(prompts, refs, rollouts, scored, parts, sampled, rng)
+            for p, group in enumerate(parts):
+                if scored is not None:
+                    correct = np.concatenate([sampled[k][1].result().correct[rows]
+                                              for _, rows, k in group])
+                    if round_ == 0:
+                        attempts.append(len(correct))
+                        successes.append(int(correct.sum()))
+                    if dynamic and all_alike(correct):
+                        continue  # dynamic sampling: nothing to learn from this group
+                if kept.num_groups < want:
+                    kept.add(prompts[p], group)
+            if kept.num_groups >= want:
+                break
+        if len(kept.completions) != kept.num_groups * self.group_size:
+            kept.pad(self.group_size)
+        if scored is not None and attempts:
+            self.selector_state = self.selector.update(
+                self.selector_state, chosen, np.asarray(successes), np.asarray(attempts))
+        stats: dict[str, float] = dict(self.selector.metrics(self.selector_state))
+        if self.run.tree is not None:
+            stats.update(tree_stats([r for r, _, whole in sampled if whole]))
+        return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
+
+    def _dars(self, prompts, refs, rollouts, scored, parts, sampled, rng):
+        """DARS stage 2: extra rollouts for the prompts stage 1 found hard, joined to their
+        groups in `parts` (one call: the prompt repeated once per extra rollout)."""
+        accuracy = np.array([scored.correct[rollouts.prompt_index == p].mean()
+                             for p in range(len(prompts))])
+        extra = self.selector.extra_rollouts(self.selector_state, accuracy)
+        if not extra.any():
+            return rng
+        which = np.repeat(np.arange(len(prompts)), extra)
+        rng, key = jax.random.split(rng)
+        more = self.sample([prompts[p] for p in which], 1, key)
+        pending = evaluation.submit_rollouts(self.run, more, [refs[p] for p in which])
+        sampled.append((more, pending, False))
+        pending.result()
+        for p in np.flatnonzero(extra):
+            parts[p].append((more, np.flatnonzero(which == p), len(sampled) - 1))
+        return rng
+
+
+def tree_stats(trees: list) -> dict[str, float]:
+    """The tree sampler's work over a step's rounds: leaves, how they finished, re-expanded
+    fallback children, and the share of leaf tokens decoded once for several leaves
+    (`tree/shared_token_frac` = 1 - decoded / Σ leaf lengths)."""
+    total = lambda key: sum(int(t.stats.get(key, 0)) for t in trees)
+    leaf_tokens = sum(int(t.lengths.sum()) for t in trees)
+    out = {"tree/leaves": sum(len(t) for t in trees),
+           "tree/shared_token_frac": 1.0 - total("decode_tokens") / max(leaf_tokens, 1)}
+    for key in ("finish_stop", "finish_length", "finish_repetition", "fallback_children"):
+        out[f"tree/{key}"] = total(key)
+    return out
