@@ -117,6 +117,13 @@ train:          the RL loop (rl/trainer.py).
                    always written at the end).
   tensorboard      write DIR/tensorboard (needs the `tensorboard` extra).
   plot             write DIR/progress.png (needs the `plots` extra).
+rollout:        APRIL, active partial rollouts (rl/april.py; flat sampling only).
+  april            ask for more prompt groups than a step trains on, stop the
+                   sampler once prompts_per_step groups have finished, carry
+                   the unfinished samples (resumed next step, with the
+                   log-probs of the policy that sampled each token) and the
+                   surplus finished groups over; logs april/staleness_*.
+  over_provision   groups in flight per step / prompts_per_step (>= 1).
 optim:          AdamW: lr, schedule (constant | linear | cosine), warmup_steps,
                 b1, b2, eps, weight_decay, grad_clip (0 = off), end_lr_fraction.
 eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
@@ -286,6 +293,10 @@ def train_section() -> ml_collections.ConfigDict:
         "warm_start": "", "tensorboard": True, "plot": True})
 
 
+def rollout_section() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({"april": False, "over_provision": 2.0})
+
+
 def optim_section(lr: float = 1e-6) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "lr": lr, "schedule": "constant", "warmup_steps": 0, "b1": 0.9, "b2": 0.999,
@@ -324,6 +335,7 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.data = data_section()
     config.sampling = sampling_section()
     config.train = train_section()
+    config.rollout = rollout_section()
     config.optim = optim_section()
     config.eval = eval_section()
     config.sft = sft_section()

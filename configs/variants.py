@@ -45,6 +45,9 @@ command line. Formulas and sources: docs/algorithms.md.
                 (hardness-weighted, N_max = 64)
   dars_b        DARS with breadth: 4× the prompts per step in one full-batch
                 update, 2 epochs (the authors' 3,072 prompts per step)
+  april         GRPO with active partial rollouts: 2× the groups in flight, the
+                step trains on the first to finish, partial samples carry over
+                (APRIL; slime's example over-samples 2×)
   bots          GRPO over prompts chosen by BOTS (Thompson draws from Beta
                 pass-rate posteriors; a procedural task's pool capped at 4,096)
 """
@@ -188,11 +191,17 @@ def _bots(c):
         c.data.train_size = min(c.data.train_size, 4096)
 
 
+def _april(c):
+    _grpo(c)
+    c.rollout.april, c.rollout.over_provision = True, 2.0
+
+
 VARIANTS = {"grpo": _grpo, "dr_grpo": _dr_grpo, "dapo": _dapo, "gspo": _gspo,
             "rloo": _rloo, "reinforce_pp": _reinforce_pp, "nsr": _nsr, "fipo": _fipo,
             "logp_reweight": _logp_reweight, "delta_logp_mask": _delta_logp_mask,
             "divergence_weighted": _divergence_weighted, "mc_grpo": _mc_grpo,
-            "treepo": _treepo, "dars": _dars, "dars_b": _dars_b, "bots": _bots}
+            "treepo": _treepo, "dars": _dars, "dars_b": _dars_b, "bots": _bots,
+            "april": _april}
 
 
 def apply(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:

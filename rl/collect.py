@@ -19,6 +19,12 @@ One step:
      are all correct or all wrong is dropped and more prompts are drawn, up to
      `train.dynamic_max_rounds` rounds, until `prompts_per_step` groups are kept;
   5. the selector's state is updated from the step's successes and attempts.
+APRIL (`rollout.april`, flat sampling) replaces 1-4: `_collect_april` asks for
+ceil(prompts_per_step × rollout.over_provision) groups (carried ones count),
+stops the sampler once prompts_per_step groups have finished, trains on the
+oldest finished groups and carries partial samples and surplus groups over
+(rl/april.py); the carry and the examples drawn but not yet sampled are
+checkpointed.
 
 State for checkpoints: `data_state()` (the iterator's position) and
 `selector_state` (JSON through `rl.selectors.state_to_json`). A BOTS selection
@@ -27,13 +33,15 @@ is a function of (seed, step, state), so a replayed step draws the same tasks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
 import numpy as np
 
-from rl import evaluation, selectors
+from rl import april, evaluation, selectors
 from rl.data.sources import batches
+from rl.data.tasks import Example
 from rl.groups import Groups, all_alike, finish_rewards
 
 MAX_BOTS_TASKS = 200_000  # BOTS keeps two floats per task in every checkpoint
@@ -58,6 +66,14 @@ def make_selector(run) -> selectors.Uniform:
                              "selects tasks whose pass rate is near 0.5; use one of them")
         if cfg.data.pass_rate_fields:
             offline = np.array([source[i].pass_rates for i in range(len(source))], np.float64)
+    if cfg.rollout.april:
+        for on, what in ((run.tree is not None, "sampling.sampler=tree"),
+                         (cfg.train.dynamic_sampling, "train.dynamic_sampling"),
+                         (name != "uniform", f"data.selector.name={name}")):
+            if on:
+                raise ValueError(f"rollout.april with {what}: APRIL's carry-over works on "
+                                 "flat groups of the data order; use one of them")
+        april.over_provision(cfg.train.prompts_per_step, cfg.rollout.over_provision)
     if name == "dars" and run.tree is not None:
         raise ValueError("data.selector.name=dars needs sampling.sampler=flat (its extra "
                          "rollouts are flat samples of the prompt)")
@@ -74,6 +90,9 @@ class Collector:
         self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
         self.selector_state = selector.init_state()
         self.group_size = run.samples_per_prompt
+        self.april = bool(cfg.rollout.april)
+        self.carry = april.Carry(run.completion_len)
+        self.waiting: list = []  # examples drawn from the iterator, not yet sampled
         # flat samples per prompt before DARS's extras: mc_grpo's authors draw G + 1
         self.first = int(cfg.sampling.n) + (run.algorithm.advantage == "mc_grpo")
 
@@ -85,13 +104,23 @@ class Collector:
         self.data.set_state(state)
 
     def host_state(self) -> dict:
-        return {"data": self.data_state(),
-                "selector": selectors.state_to_json(self.selector_state)}
+        out = {"data": self.data_state(),
+               "selector": selectors.state_to_json(self.selector_state)}
+        if self.april:
+            out["april"] = april.state_to_json(self.carry)
+            out["april_waiting"] = [dataclasses.asdict(ex) for ex in self.waiting]
+        return out
 
     def set_host_state(self, host: dict) -> None:
         self.set_data_state(host["data"])
         self.selector_state = (selectors.state_from_json(host["selector"])
                                if "selector" in host else self.selector.init_state())
+        if self.april:
+            self.carry = (april.state_from_json(host["april"]) if "april" in host
+                          else april.Carry(self.run.completion_len))
+            self.waiting = [Example(**{**ex, "pass_rates": tuple(ex["pass_rates"])
+                                       if ex.get("pass_rates") else None})
+                            for ex in host.get("april_waiting", [])]
 
     # -- one step ---------------------------------------------------------------------------
     def _examples(self, step: int, round_: int) -> tuple[list, np.ndarray | None]:
@@ -109,6 +138,8 @@ class Collector:
         are still being scored: `finish()` waits for them and fills `groups.rewards` /
         `groups.correct` and the reward stats, so the caller can dispatch device work
         first. With either, each round is scored before the next."""
+        if self.april:
+            return self._collect_april(step, rng)
         cfg = self.run.cfg
         want = cfg.train.prompts_per_step
         dynamic = cfg.train.dynamic_sampling
@@ -151,6 +182,48 @@ class Collector:
         stats: dict[str, float] = dict(self.selector.metrics(self.selector_state))
         if self.run.tree is not None:
             stats.update(tree_stats([r for r, _, whole in sampled if whole]))
+        return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
+
+    def _collect_april(self, step: int, rng):
+        """One APRIL step (module docstring); returns what `collect` does."""
+        cfg, run = self.run.cfg, self.run
+        target, n = cfg.train.prompts_per_step, self.first
+        carry, decoded = self.carry, 0
+        if carry.num_finished < target:
+            fresh = max(0, april.over_provision(target, cfg.rollout.over_provision)
+                        - len(carry.groups))
+            while len(self.waiting) < fresh:
+                self.waiting.extend(next(self.data))
+            examples, self.waiting = self.waiting[:fresh], self.waiting[fresh:]
+            fresh_prompts = [run.encode_prompt(ex.prompt) for ex in examples]
+            resumes, budgets = april.resume_requests(carry)
+            prompts = resumes + [p for p in fresh_prompts for _ in range(n)]
+            budgets = np.concatenate([budgets, np.full(len(fresh_prompts) * n,
+                                                       run.completion_len)])
+            stop = april.stop_rule(target, april.row_groups(carry, len(fresh_prompts), n),
+                                   finished=carry.num_finished)
+            rng, key = jax.random.split(rng)
+            out = self.sample(prompts, 1, key, stop_when=stop, max_new_tokens_per_row=budgets)
+            decoded = int(out.stats["decode_tokens"])
+            ready, carry = april.join(carry, out if resumes else None, step)
+            done, unfinished = april.split_finished(
+                out, fresh_prompts, [ex.reference for ex in examples], n, step,
+                start=len(resumes))
+            ready, pending = ready + done, carry.groups + unfinished
+        else:  # enough finished groups carried over: no sampling this step
+            ready, carry = april.join(carry, None, step)
+            pending = carry.groups
+        groups, self.carry = april.select(ready, pending, target, run.completion_len)
+        rollouts, _ = april.to_rollouts(groups, run.completion_len)
+        pending_rewards = evaluation.submit_rollouts(run, rollouts, [g.reference for g in groups])
+        kept = Groups()
+        for p, g in enumerate(groups):
+            kept.add(g.prompt, [(rollouts, np.flatnonzero(rollouts.prompt_index == p), 0)])
+        stats = april.staleness(groups, step) | {
+            "april/decoded_tokens": decoded, "april/carry_groups": len(self.carry.groups),
+            "april/carry_partial_rows": sum(row.finish == april.PARTIAL
+                                            for g in self.carry.groups for row in g.rows)}
+        sampled = [(rollouts, pending_rewards, True)]
         return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
 
     def _dars(self, prompts, refs, rollouts, scored, parts, sampled, rng):

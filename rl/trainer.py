@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -132,8 +131,9 @@ class Trainer:
         self.collector.set_data_state(state)
 
     # -- rollouts ---------------------------------------------------------------------------
-    def _sample(self, prompts: list[list[int]], n: int, rng) -> sampling.Rollouts:
-        """`n` samples of each prompt (flat), or the tree's leaves (n unused)."""
+    def _sample(self, prompts: list[list[int]], n: int, rng, **flat) -> sampling.Rollouts:
+        """`n` samples of each prompt (flat, with `sampling.generate`'s `flat` options), or
+        the tree's leaves (n unused)."""
         run, s = self.run_, self.cfg.sampling
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, self.state.params, prompts,
@@ -141,7 +141,7 @@ class Trainer:
                                           decode=run.tokenizer.decode)
         return sampling.generate(run.model_config, self.state.params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
-                                 segment_len=s.segment_len)
+                                 segment_len=s.segment_len, **flat)
 
     # -- advantages ---------------------------------------------------------------------------
     def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths, step,

@@ -21,7 +21,7 @@ class Rollouts:
     logprobs: np.ndarray       # [R, N] fp32 log-prob under the sampling distribution
     raw_logprobs: np.ndarray   # [R, N] fp32 log-prob under the model, temperature 1
     prompt_index: np.ndarray   # [R] int32 index into the prompts passed in
-    finish_reason: np.ndarray  # [R] str: "stop" (a stop token) | "length" | "repetition"
+    finish_reason: np.ndarray  # [R] str: "stop" | "length" | "repetition" | "partial" (APRIL)
     paths: np.ndarray | None = None  # [R, D] tree branch ids per depth, -1 padded
     stats: dict = dataclasses.field(default_factory=dict)
 

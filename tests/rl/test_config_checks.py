@@ -123,7 +123,7 @@ def test_variants_keep_their_own_kl_and_schedule_on_the_demo_config():
     assert schedule == {"grpo": 1, "dr_grpo": 1, "dapo": 16, "gspo": 4, "rloo": 1,
                         "reinforce_pp": 8, "nsr": 16, "fipo": 16, "logp_reweight": 16,
                         "delta_logp_mask": 16, "divergence_weighted": 1, "mc_grpo": 1,
-                        "treepo": 16, "dars": 1, "dars_b": 1, "bots": 1}
+                        "treepo": 16, "dars": 1, "dars_b": 1, "bots": 1, "april": 1}
     assert load_config_file("configs/demo.py:dapo").rl.loss.dual_clip == 10.0
 
 

@@ -116,6 +116,8 @@ MECHANISM = {
     "dars": ("dars/extra_rollouts", lambda v: max(v) > 0),
     "dars_b": ("dars/extra_rollouts", lambda v: max(v) > 0),
     "bots": ("bots/evidence", lambda v: max(v) > 2.0),       # Beta(1, 1): α + β = 2
+    # step 1 samples 2x the groups and keeps the surplus; step 2 trains on carried ones
+    "april": ("april/staleness_mean", lambda v: v[0] == 0 and v[-1] > 0),
 }
 VARIANT_OVERRIDES = {
     # each variant's own settings scaled to the very small run
@@ -149,6 +151,32 @@ def test_every_variant_trains_two_steps_and_its_mechanism_acts(tmp_path, variant
         assert max(values) + max(r["learner/clip_frac_low"] for r in steps) > 0
     else:
         assert acted(values), (key, values)
+@pytest.mark.slow
+def test_april_and_bots_state_survive_a_checkpoint_round_trip(tmp_path):
+    from rl import april, selectors
+    for variant in ("april", "bots"):
+        cfg = small_config(variant, **{"train.steps": 1, "train.eval_every": 0,
+                                       "rl.reward.name": "format",
+                                       "rl.reward.pattern": ".*[a-z].*"})
+        run = build.resolve(cfg, str(tmp_path / variant))
+        trainer = Trainer(run, build.init_params(run), str(tmp_path / variant),
+                          stream=io.StringIO())
+        trainer.step(1)
+        host = json.loads(json.dumps(trainer.host_state()))  # what a checkpoint stores
+        fresh = Trainer(run, build.init_params(run), str(tmp_path / variant),
+                        stream=io.StringIO())
+        fresh.set_host_state(host)
+        a, b = trainer.collector, fresh.collector
+        if variant == "april":
+            assert a.carry.groups  # the surplus of 2x over-provisioning
+            assert april.state_to_json(b.carry) == april.state_to_json(a.carry)
+            assert b.waiting == a.waiting
+        else:
+            assert selectors.state_to_json(b.selector_state) == \
+                selectors.state_to_json(a.selector_state)
+            assert a.selector_state["stats"]["bots/evidence"] > 2.0
+
+
 @pytest.mark.slow
 def test_dynamic_sampling_drops_alike_groups_and_refills_on_accuracy(tmp_path):
     # correctness is the format check (a letter a-h: a minority of the random 8-token
