@@ -119,6 +119,7 @@ def fipo_terms(adv, mask, logp, old_logp, *, gamma: float, clip_low: float, clip
     """(weight f [N, T], future KL [N, T], δ-masked [N, T] bool) of FIPO, detached."""
     delta = jnp.where(mask, _tokens(logp, mask) - _tokens(old_logp, mask), 0.0)
     delta = jax.lax.stop_gradient(delta)
+    raw = delta
     masked = jnp.zeros(mask.shape, bool)
     if ratio_mask is not None:  # Δ_k = 0 where the ratio exceeds δ (the dual-clip bound)
         masked = mask & (delta > jnp.log(ratio_mask))
@@ -126,7 +127,7 @@ def fipo_terms(adv, mask, logp, old_logp, *, gamma: float, clip_low: float, clip
     future_kl = ops.reverse_discounted_cumsum(delta, gamma)
     low = 1.0 if high_only else clip_low
     f = jnp.clip(jnp.exp(future_kl), low, clip_high)
-    risky = (adv < 0) & (jnp.exp(delta) > neg_ratio_cap)
+    risky = (adv < 0) & (jnp.exp(raw) > neg_ratio_cap)  # the token's own ratio, unmasked
     return jnp.where(risky, jnp.minimum(f, 1.0), f), future_kl, masked
 
 

@@ -45,7 +45,7 @@ def ref_fipo(adv, mask, logp, old_logp, gamma, lo, hi, cap=4.0, delta_max=None):
     """FIPO as the authors' port (ms-swift `_compute_fipo_influence`): Δ_k = 0 where the
     ratio exceeds δ, then the discounted future sum, clipped, capped for risky tokens."""
     n, t = mask.shape
-    delta = np.where(mask, logp - old_logp, 0.0)
+    raw = delta = np.where(mask, logp - old_logp, 0.0)
     if delta_max is not None:
         delta = np.where(np.exp(delta) > delta_max, 0.0, delta)
     f = np.ones((n, t))
@@ -53,7 +53,7 @@ def ref_fipo(adv, mask, logp, old_logp, gamma, lo, hi, cap=4.0, delta_max=None):
         for s in range(t):
             fk = sum(gamma ** (k - s) * delta[i, k] for k in range(s, t))
             f[i, s] = np.clip(np.exp(fk), lo, hi)
-            if adv[i, s] < 0 and np.exp(delta[i, s]) > cap:
+            if adv[i, s] < 0 and np.exp(raw[i, s]) > cap:
                 f[i, s] = min(f[i, s], 1.0)
     return np.where(mask, adv * f, 0.0)
 
@@ -66,6 +66,7 @@ def test_fipo_matches_reference(high_only, ratio_mask):
     logp[2, 0] = old_logp[2, 0] + 2.0  # ratio > 4 on a token ...
     adv_t[2, 0] = -1.0                  # ... with a negative advantage
     logp[3, 1] = old_logp[3, 1] + 3.0  # ratio e^3 > δ = 10: its Δ is dropped from the sums
+    adv_t[3, 1] = -1.0                  # ... and, with Â < 0, it is still a risky token
     gamma = 0.8
     got = advantages.reweight("fipo", adv_t, mask, logp=logp, old_logp=old_logp,
                               gamma=gamma, high_only=high_only, ratio_mask=ratio_mask)
