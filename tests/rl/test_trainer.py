@@ -152,6 +152,28 @@ def test_every_variant_trains_two_steps_and_its_mechanism_acts(tmp_path, variant
     else:
         assert acted(values), (key, values)
 @pytest.mark.slow
+def test_april_resumes_partial_responses_with_their_log_probs(tmp_path):
+    # stop tokens on a third of the vocabulary give the untrained model long-tailed
+    # lengths; 2-token segments let the sampler stop once 2 of the 4 groups are done
+    import dataclasses
+
+    cfg = small_config("april", **{"train.steps": 3, "train.eval_every": 0,
+                                   "rl.reward.name": "format", "rl.reward.pattern": ".*",
+                                   "sampling.page_size": 2, "sampling.segment_len": 2})
+    run = build.resolve(cfg, str(tmp_path))
+    stops = tuple(range(run.model_config.vocab_size // 3))
+    run = dataclasses.replace(run, sampling_params=dataclasses.replace(
+        run.sampling_params, stop_token_ids=stops))
+    trainer = Trainer(run, build.init_params(run), str(tmp_path), stream=io.StringIO())
+    records = [trainer.step(step) for step in (1, 2, 3)]
+    assert records[0]["april/carry_partial_rows"] > 0          # unfinished rows kept ...
+    assert max(r["april/carried_token_frac"] for r in records[1:]) > 0  # ... and trained on
+    for r in records:
+        assert r["batch/rows"] == cfg.train.prompts_per_step * cfg.sampling.n
+        assert np.isfinite(r["learner/loss"])
+
+
+@pytest.mark.slow
 def test_april_and_bots_state_survive_a_checkpoint_round_trip(tmp_path):
     from rl import april, selectors
     for variant in ("april", "bots"):
