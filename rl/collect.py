@@ -93,8 +93,7 @@ class Collector:
         self.april = bool(cfg.rollout.april)
         self.carry = april.Carry(run.completion_len)
         self.waiting: list = []  # examples drawn from the iterator, not yet sampled
-        # flat samples per prompt before DARS's extras: mc_grpo's authors draw G + 1
-        self.first = int(cfg.sampling.n) + (run.algorithm.advantage == "mc_grpo")
+        self.first = run.samples_drawn  # before DARS's extras; mc_grpo draws G + 1
 
     # -- state ------------------------------------------------------------------------------
     def data_state(self) -> dict:
@@ -239,7 +238,6 @@ class Collector:
         more = self.sample([prompts[p] for p in which], 1, key)
         pending = evaluation.submit_rollouts(self.run, more, [refs[p] for p in which])
         sampled.append((more, pending, False))
-        pending.result()
         for p in np.flatnonzero(extra):
             parts[p].append((more, np.flatnonzero(which == p), len(sampled) - 1))
         return rng

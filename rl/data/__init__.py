@@ -6,5 +6,6 @@
                    Parquet, prepared TFDS datasets in array_record format,
                    read without TensorFlow) and the grain batch iterator
                    (seeded; `get_state`/`set_state` capture and restore its
-                   position, which the trainer does not save yet)
+                   position, which the trainer checkpoints)
+  rl.data.from_config  the sources a config's `data` section describes
 """

@@ -1,0 +1,49 @@
+"""The train and held-out prompt sources a config's `data` section describes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl.algorithm import set_options
+from rl.data import sources as sources_lib
+from rl.data import tasks as tasks_lib
+
+DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
+
+
+def make_sources(data) -> tuple[Any, Any | None, str]:
+    """(train source, held-out source or None, the task's verifier or "")."""
+    if data.source not in DATA_SOURCES:
+        raise ValueError(f"unknown data.source {data.source!r} (choose from "
+                         f"{', '.join(DATA_SOURCES)})")
+    fields = {"template": data.template, "answer_field": data.answer_field,
+              "uid_field": data.uid_field or None}
+    if data.pass_rate_fields and data.source not in ("jsonl", "parquet"):
+        raise ValueError(f"data.pass_rate_fields is set but data.source is {data.source}: "
+                         "offline pass rates are read from jsonl/parquet rows")
+    if data.source == "task":
+        task = tasks_lib.make(data.task.name, **set_options(data.task))
+        return (sources_lib.TaskSource(task, "train", data.train_size),
+                sources_lib.TaskSource(task, "heldout", data.heldout_size), task.reward)
+    if data.source == "tfds":
+        if not data.tfds_name:
+            raise ValueError("data.source is tfds but data.tfds_name is empty")
+        opts = dict(data_dir=data.tfds_data_dir or None, **fields)
+        train = sources_lib.TfdsSource(data.tfds_name, split=data.tfds_split, **opts)
+        heldout = (sources_lib.TfdsSource(data.tfds_name, split=data.tfds_heldout_split, **opts)
+                   if data.tfds_heldout_split else None)
+        return train, heldout, ""
+    if not data.path:
+        raise ValueError(f"data.source is {data.source} but data.path is empty")
+    for path in filter(None, (data.path, data.heldout_path)):
+        if not path.endswith(f".{data.source}"):
+            raise ValueError(f"data.source is {data.source} but {path} is not a "
+                             f".{data.source} file")
+    rates = tuple(f.strip() for f in data.pass_rate_fields.split(",")) \
+        if data.pass_rate_fields else None
+    if rates is not None and (len(rates) != 2 or not all(rates)):
+        raise ValueError(f"data.pass_rate_fields must name two fields 'weak,strong', got "
+                         f"{data.pass_rate_fields!r}")
+    train = sources_lib.FileSource(data.path, **fields, pass_rate_fields=rates)
+    heldout = sources_lib.FileSource(data.heldout_path, **fields) if data.heldout_path else None
+    return train, heldout, ""
