@@ -4,10 +4,22 @@
     (greedy, every row forced to the full length; tokens cross-checked);
 (b) tree vs flat sampling at equal leaves per prompt and equal max length:
     tokens decoded, prefill tokens, wall time;
-(c) G samples per prompt with and without prompt-page sharing.
+(c) G samples per prompt with and without prompt-page sharing;
+(d) long prompts: G = 16 samples of 4 prompts of 1,024 tokens, 256 new
+    tokens (`--long_preset`, default small): page attention that reads the
+    shared prompt once per group ("shared_prefix") vs the former per-row
+    dense-view decode ("dense_view") vs transformers `generate`; tokens/s
+    (prefill included on every side) and peak memory.
 
     python benchmarks/sampler.py --json
     python benchmarks/sampler.py --only=a --flat_shapes=16x32x64
+    python benchmarks/sampler.py --only=d --repeats=1
+
+Peak memory (d) is measured the same way for every engine: the growth of the
+process's resident-set high-water mark (VmHWM, reset through
+/proc/self/clear_refs after the warm-up call) over the resident set before a
+timed call. For our engines `xla_decode_bytes` adds XLA's own account of the
+decode program (arguments + outputs + temporaries - donated aliases).
 
 Timed repeats alternate between the compared sides after one warm-up call
 each (the warm-up compiles); the median is reported.
@@ -111,6 +123,95 @@ def bench_tree_vs_flat(config, params, prompts_n, prompt_len, leaves, segment, d
          "wall_time_reduction": round(1 - t_tree / t_flat, 3), "repeats": repeats})
 
 
+def _rss_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _peak_growth(fn):
+    """(seconds, output, peak resident-set growth in bytes) of one call of `fn`."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident set
+    before = _rss_bytes("VmRSS")
+    t, out = _timed(fn)
+    return t, out, _rss_bytes("VmHWM") - before
+
+
+def _xla_decode_bytes(attention: str, run) -> int:
+    """XLA's buffer-assignment peak of the last decode program `run()` calls."""
+    from sampling import engine
+    seen = []
+    real = engine.decode
+
+    def spy(*args):
+        seen.append(args)
+        return real(*args)
+
+    engine.decode = spy
+    try:
+        run()
+    finally:
+        engine.decode = real
+    (config, params, cache, state, rng, call, limit, sampling, steps, stop_ids, *_) = seen[-1]
+    program = jax.jit(engine._decode, static_argnums=(0, 7, 8, 9, 10, 11), donate_argnums=(2,))
+    stats = program.lower(config, params, cache, state, rng, np.int32(call), limit, sampling,
+                          steps, stop_ids, attention, None).compile().memory_analysis()
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes
+               - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def bench_long_prompt_decode(config, params, preset, prompts_n, prompt_len, group, new, repeats,
+                             threads, log):
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    prompts = np.random.default_rng(3).integers(0, config.vocab_size, (prompts_n, prompt_len))
+    sp = SamplingParams(temperature=1.0, max_new_tokens=new)
+    with tempfile.TemporaryDirectory() as tmp:
+        models.save_pretrained(tmp, config, params)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    ids = torch.tensor(prompts)
+
+    def ours(attention):
+        return lambda: generate(config, params, prompts.tolist(), group, sp, jax.random.key(0),
+                                attention=attention)
+
+    def theirs():
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=True, temperature=1.0, top_k=0,
+                               num_return_sequences=group, pad_token_id=0)
+
+    engines = {"shared_prefix": ours("shared_prefix"), "dense_view": ours("dense_view"),
+               "transformers": theirs}
+    for fn in engines.values():
+        fn()  # warm-up: compiles
+    times = {name: [] for name in engines}
+    peaks = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, fn in engines.items():
+            t, _, peak = _peak_growth(fn)
+            times[name].append(t)
+            peaks[name].append(peak)
+    tokens = prompts_n * group * new
+    for name in engines:
+        row = {"benchmark": "long_prompt_decode", "engine": name,
+               "tokens_per_s": round(tokens / statistics.median(times[name]), 1),
+               "peak_bytes": int(statistics.median(peaks[name])),
+               "median_s": round(statistics.median(times[name]), 3),
+               "prompts": prompts_n, "prompt_len": prompt_len, "group": group,
+               "new_tokens": new, "preset": preset,
+               "repeats": repeats}
+        if name != "transformers":
+            row["xla_decode_bytes"] = _xla_decode_bytes(name, engines[name])
+        log(row)
+
+
 def bench_prompt_sharing(config, params, prompts_n, prompt_len, group, new, repeats, log):
     prompts = np.random.default_rng(2).integers(0, config.vocab_size,
                                                 (prompts_n, prompt_len)).tolist()
@@ -134,7 +235,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--preset", default="tiny", help="model preset")
-    parser.add_argument("--only", default="a,b,c", help="which comparisons: a, b, c")
+    parser.add_argument("--only", default="a,b,c,d", help="which comparisons: a, b, c, d")
+    parser.add_argument("--long_preset", default="small", help="(d) model preset")
     parser.add_argument("--flat_shapes", default="16x32x64,64x128x256",
                         help="(a) PROMPTSxPROMPT_LENxNEW_TOKENS, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per side")
@@ -159,6 +261,12 @@ def main(argv=None) -> int:
     if "c" in only:
         bench_prompt_sharing(config, params, prompts_n=4, prompt_len=256, group=16, new=32,
                              repeats=args.repeats, log=log)
+    if "d" in only:
+        long_config = models.get_preset(args.long_preset)
+        long_params = models.init(long_config, jax.random.key(0))
+        bench_long_prompt_decode(long_config, long_params, args.long_preset, prompts_n=4,
+                                 prompt_len=1024, group=16, new=256, repeats=args.repeats, threads=args.threads,
+                                 log=log)
     return 0
 
 

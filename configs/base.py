@@ -99,7 +99,10 @@ train:          the RL loop (rl/trainer.py).
                    must divide prompts_per_step). With epochs × minibatches = 1
                    the update is on-policy (ratio 1): clip settings, gspo,
                    nsr, cispo and fipo would do nothing and are refused.
-  old_logp         sampler (the sampler's log-probs are π_old; needs top_k/top_p/
+  old_logp         auto (default: sampler when model.dtype is float32,
+                   recompute otherwise: in bfloat16 the sampler's and the
+                   learner's log-probs differ by rounding, docs/sampling.md) |
+                   sampler (the sampler's log-probs are π_old; needs top_k/top_p/
                    min_p off) | recompute (a forward pass before the update;
                    with top_k/top_p/min_p on it needs loss.tis_cap: the
                    sampler's log-probs then give truncated-IS weights).
@@ -288,7 +291,7 @@ def sampling_section() -> ml_collections.ConfigDict:
 def train_section() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
-        "old_logp": "sampler", "dynamic_sampling": False, "dynamic_max_rounds": 10,
+        "old_logp": "auto", "dynamic_sampling": False, "dynamic_max_rounds": 10,
         "logits_chunk": 256, "log_every": 1, "eval_every": 10, "export_every": 0,
         "warm_start": "", "tensorboard": True, "plot": True})
 

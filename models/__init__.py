@@ -10,6 +10,9 @@ Stable public API (other packages and external checks call these):
     models.get_preset(name, **overrides) -> ModelConfig
     models.shared_prefix_hidden_states(config, params, prompts[P, Tp], prompt_lens[P],
                                        continuations[P, G, S]) -> ([P, Tp, D], [P, G, S, D])
+    models.run_layers(config, params, tokens, positions, attend, cache) -> (hidden, cache)
+        the one decoder stack with its attention as a parameter (the sampler's
+        page attention: models.paged_attention)
 """
 
 from models.config import PRESETS, ModelConfig, RopeScaling, from_config_section, get_preset
@@ -17,7 +20,14 @@ from models.hf_io import load_pretrained, read_config, save_pretrained
 from models.params import init, param_axes, param_shapes, param_specs
 from models.safetensors_io import CheckpointError
 from models.shared_prefix import shared_prefix_hidden_states
-from models.transformer import apply, hidden_states, logits_from_hidden
+from models.transformer import (
+    apply,
+    fuse_layers,
+    hidden_states,
+    logits_from_hidden,
+    output_matrix,
+    run_layers,
+)
 
 
 def load_tokenizer(path):
@@ -28,8 +38,9 @@ def load_tokenizer(path):
 
 __all__ = [
     "CheckpointError", "ModelConfig", "PRESETS", "RopeScaling", "apply", "from_config_section",
-    "get_preset",
-    "hidden_states", "init", "load_pretrained", "load_tokenizer", "logits_from_hidden",
-    "param_axes", "param_shapes", "param_specs", "read_config", "save_pretrained",
+    "fuse_layers", "get_preset", "hidden_states", "init", "load_pretrained", "load_tokenizer",
+    "logits_from_hidden",
+    "output_matrix", "param_axes", "param_shapes", "param_specs", "read_config", "run_layers",
+    "save_pretrained",
     "shared_prefix_hidden_states",
 ]

@@ -71,8 +71,20 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
                    sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Projects normalised hidden states to roped q [B,T,H,Dh], k, v [B,T,K,Dh]."""
+    """Projects normalised hidden states to roped q [B,T,H,Dh], k, v [B,T,K,Dh].
+    Takes separate q/k/v weights or one fused "qkv" [D, (H+2K)·Dh] matrix
+    (`models.transformer.fuse_layers`)."""
     dtype = config.compute_dtype
+    if "qkv" in p:
+        heads, kv, dh = config.num_heads, config.num_kv_heads, config.head_dim
+        qkv = jnp.einsum("btd,de->bte", x, p["qkv"].astype(dtype))
+        if config.qkv_bias:
+            qkv = qkv + p["qkv_bias"].astype(dtype)
+        b, t = qkv.shape[:2]
+        q = qkv[..., :heads * dh].reshape(b, t, heads, dh)
+        k = qkv[..., heads * dh:(heads + kv) * dh].reshape(b, t, kv, dh)
+        v = qkv[..., (heads + kv) * dh:].reshape(b, t, kv, dh)
+        return norm_and_rope_qk(config, p, q, k, cos, sin) + (v,)
     q = jnp.einsum("btd,dhk->bthk", x, p["q"].astype(dtype))
     k = jnp.einsum("btd,dhk->bthk", x, p["k"].astype(dtype))
     v = jnp.einsum("btd,dhk->bthk", x, p["v"].astype(dtype))
@@ -100,7 +112,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     """Grouped-query attention without repeating k/v.
 
     q: [B, T, H, Dh]; k, v: [B, S, K, Dh]; mask: bool [B, T, S] (True = may
-    attend). Returns [B, T, H, Dh] in q.dtype. Softmax runs in fp32. A row
+    attend). Returns [B, T, H, Dh] in q.dtype. Scores, softmax and the
+    probability-weighted sum of values run in fp32 (the sampler's page
+    attention does the same, so a bf16 policy samples with the log-probs the
+    learner recomputes; docs/sampling.md). A row
     with nothing to attend to (padding) returns an average of v: meaningless,
     so callers must ignore padded positions.
     """
@@ -113,8 +128,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     vt = v.transpose(0, 2, 1, 3)
     scores = jnp.einsum("bkgtd,bksd->bkgts", qg, kt, preferred_element_type=jnp.float32)
     scores = jnp.where(mask[:, None, None, :, :], scores * (dh ** -0.5), NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    out = jnp.einsum("bkgts,bksd->bkgtd", probs, vt)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs, vt.astype(jnp.float32),
+                     preferred_element_type=jnp.float32).astype(q.dtype)
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
@@ -167,12 +183,16 @@ silu.defvjp(_silu_fwd, _silu_bwd)
 
 
 def mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
-    """SwiGLU: down(silu(gate x) * up x). x: [B, T, D] -> [B, T, D].
+    """SwiGLU: down(silu(gate x) * up x). x: [B, T, D] -> [B, T, D]. Takes
+    separate gate/up weights or one fused "gate_up" [D, 2F] matrix.
 
     Runs on [B·T, D] rows: plain 2-D matmuls, whose gradients XLA:CPU emits as
     single GEMMs (the 3-D einsum form measured twice as slow backward)."""
     dtype = config.compute_dtype
     rows = x.reshape(-1, x.shape[-1])
-    gate = rows @ p["gate"].astype(dtype)
-    up = rows @ p["up"].astype(dtype)
+    if "gate_up" in p:
+        gate, up = jnp.split(rows @ p["gate_up"].astype(dtype), 2, axis=-1)
+    else:
+        gate = rows @ p["gate"].astype(dtype)
+        up = rows @ p["up"].astype(dtype)
     return ((silu(gate) * up) @ p["down"].astype(dtype)).reshape(x.shape)

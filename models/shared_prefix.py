@@ -96,8 +96,9 @@ def shared_prefix_hidden_states(config: ModelConfig, params: dict, prompts: jax.
         [jnp.broadcast_to(jnp.arange(tp, dtype=jnp.int32), (p, tp)),
          jnp.broadcast_to(cont_pos, (p, g, s)).reshape(p, g * s).astype(jnp.int32)], axis=1)
 
-    def attend(q, k, v):
-        return group_attention(q, k, v, prompt_lens, tp, g)
+    def attend(q, k, v, cache, layer):
+        del layer
+        return group_attention(q, k, v, prompt_lens, tp, g), cache
 
     x = layer_stack(config, params, tokens, positions, attend, sharding)
     return x[:, :tp], x[:, tp:].reshape(p, g, s, x.shape[-1])

@@ -43,16 +43,33 @@ def causal_mask(tokens_len: int, segment_ids: jax.Array | None, batch: int) -> j
 
 
 def decoder_layer(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array, sin: jax.Array,
-                  attend: Callable, constrain=_no_constraint) -> jax.Array:
-    """One pre-norm block. x: [B, T, D] -> [B, T, D]; `attend(q, k, v)` is the
-    attention over roped q [B, T, H, Dh], k, v [B, T, K, Dh] (its mask lives in it)."""
+                  attend: Callable, cache=None, layer=0,
+                  constrain=_no_constraint) -> tuple[jax.Array, object]:
+    """One pre-norm block, the only one: training, scoring, prefill and decode
+    all run it. x: [B, T, D] -> ([B, T, D], cache).
+
+    `attend(q, k, v, cache, layer) -> (out [B, T, H, Dh], cache)` is the
+    attention over roped q [B, T, H, Dh], k, v [B, T, K, Dh] of layer `layer`
+    (its mask lives in it): dense causal attention ignores `cache`; the
+    sampler's page attention writes k/v into the page pool `cache` and reads
+    the pool through page tables (`models.paged_attention`). `p` may hold
+    fused q|k|v and gate|up weights (`fuse_layers`)."""
     h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
     q, k, v = layers.qkv_projection(config, p, h, cos, sin)
     q = constrain(q, ("batch", "length", "heads", "head_dim"))
-    attn = attend(q, k, v)
+    attn, cache = attend(q, k, v, cache, layer)
     x = x + constrain(layers.output_projection(config, p, attn), ("batch", "length", "embed"))
     h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
-    return x + constrain(layers.mlp(config, p, h), ("batch", "length", "embed"))
+    return x + constrain(layers.mlp(config, p, h), ("batch", "length", "embed")), cache
+
+
+def dense_attention(mask: jax.Array) -> Callable:
+    """The `attend` of a dense sequence under `mask` [B, T, T] (causal, see
+    `causal_mask`): `layers.causal_attention`, no cache."""
+    def attend(q, k, v, cache, layer):
+        del layer
+        return layers.causal_attention(q, k, v, mask), cache
+    return attend
 
 
 def _remat(fn, policy: str):
@@ -75,15 +92,29 @@ def hidden_states(config: ModelConfig, params: dict, tokens: jax.Array,
     if segment_ids is not None:
         chex.assert_shape(segment_ids, (b, t))
     mask = causal_mask(t, segment_ids, b)
-    return layer_stack(config, params, tokens, positions,
-                       lambda q, k, v: layers.causal_attention(q, k, v, mask), sharding)
+    return layer_stack(config, params, tokens, positions, dense_attention(mask), sharding)
 
 
 def layer_stack(config: ModelConfig, params: dict, tokens: jax.Array, positions: jax.Array,
                 attend: Callable, sharding: ActivationSharding | None = None) -> jax.Array:
-    """Embedding, the decoder layers (scanned or unrolled, rematerialised per
-    `config.remat`) and the final norm: tokens/positions [B, T] -> [B, T, D].
-    `attend(q, k, v)` is every layer's attention (see `decoder_layer`)."""
+    """`run_layers` without a cache, rematerialised per `config.remat`:
+    tokens/positions [B, T] -> final-norm hidden states [B, T, D]."""
+    x, _ = run_layers(config, params, tokens, positions, attend, None, sharding=sharding,
+                      remat=config.remat)
+    return x
+
+
+def run_layers(config: ModelConfig, params: dict, tokens: jax.Array, positions: jax.Array,
+               attend: Callable, cache=None, *, sharding: ActivationSharding | None = None,
+               remat: str = "none", scan: bool | None = None) -> tuple[jax.Array, object]:
+    """Embedding, the decoder layers and the final norm: tokens/positions
+    [B, T] -> (final-norm hidden states [B, T, D], cache).
+
+    `attend` is every layer's attention (see `decoder_layer`); `cache` is
+    threaded through the layers (the sampler's page pool). Layers run under
+    `lax.scan` (layer index traced) when `scan` (default `config.scan_layers`),
+    else unrolled (python int index). `params["layers"]` may be fused
+    (`fuse_layers`)."""
     constrain = sharding.constrain if sharding is not None else _no_constraint
     dtype = config.compute_dtype
     # FSDP semantics: gather the table's `embed` shards at use (vocab may stay
@@ -93,16 +124,50 @@ def layer_stack(config: ModelConfig, params: dict, tokens: jax.Array, positions:
     x = constrain(x, ("batch", "length", "embed"))
     cos, sin = layers.rope_tables(config, positions)
 
-    def block(p, x):
-        return decoder_layer(config, p, x, cos, sin, attend, constrain)
+    def block(p, x, cache, index):
+        return decoder_layer(config, p, x, cos, sin, attend, cache, index, constrain)
 
-    layer = _remat(block, config.remat)
-    if config.scan_layers:
-        x, _ = jax.lax.scan(lambda carry, p: (layer(p, carry), None), x, params["layers"])
+    layer = _remat(block, remat)
+    scan = config.scan_layers if scan is None else scan
+    if scan:
+        def body(carry, inputs):
+            x, cache = carry
+            p, index = inputs
+            return layer(p, x, cache, index), None
+
+        indices = jnp.arange(config.num_layers, dtype=jnp.int32)
+        (x, cache), _ = jax.lax.scan(body, (x, cache), (params["layers"], indices))
     else:
         for i in range(config.num_layers):
-            x = layer(jax.tree.map(lambda a, i=i: a[i], params["layers"]), x)
-    return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps)
+            x, cache = layer(jax.tree.map(lambda a, i=i: a[i], params["layers"]), x, cache, i)
+    return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps), cache
+
+
+def fuse_layers(config: ModelConfig, stacked: dict) -> dict:
+    """Stacked layer params with q|k|v and gate|up concatenated into "qkv"
+    [L, D, (H+2K)·Dh] and "gate_up" [L, D, 2F] (and "qkv_bias"), in the
+    compute dtype: fewer, larger matmuls when few rows run (decode). Built
+    once per decode call, outside its loop; `decoder_layer` accepts either form."""
+    dtype = config.compute_dtype
+    n, d = config.num_layers, config.hidden_size
+    fused = {k: v for k, v in stacked.items()
+             if k not in ("q", "k", "v", "q_bias", "k_bias", "v_bias", "gate", "up")}
+    fused["qkv"] = jnp.concatenate(
+        [stacked[name].astype(dtype).reshape(n, d, -1) for name in "qkv"], axis=2)
+    if config.qkv_bias:
+        fused["qkv_bias"] = jnp.concatenate(
+            [stacked[f"{name}_bias"].astype(dtype).reshape(n, -1) for name in "qkv"], axis=1)
+    fused["gate_up"] = jnp.concatenate([stacked["gate"], stacked["up"]], axis=2).astype(dtype)
+    return fused
+
+
+def output_matrix(config: ModelConfig, params: dict) -> jax.Array:
+    """The output projection as a [D, V] matrix in the compute dtype (the tied
+    embedding transposed): built once per decode call, so every step's logits
+    are a plain [S, D] x [D, V] product (XLA:CPU ran the transposed-operand
+    form ~3x slower at decode's row counts)."""
+    w = params["embed"].T if config.tie_embeddings else params["lm_head"]
+    return w.astype(config.compute_dtype)
 
 
 def logits_from_hidden(config: ModelConfig, params: dict, x: jax.Array) -> jax.Array:

@@ -61,6 +61,7 @@ class Run:
     act: sharding.ActivationSharding
     eval_ks: tuple[int, ...]
     selector: Any = None  # rl.selectors (data.selector), made by `resolve`
+    old_logp: str = "sampler"  # train.old_logp resolved for the model's dtype
 
     @property
     def samples_per_prompt(self) -> int:
@@ -293,8 +294,10 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if cfg.data.system_prompt and not cfg.data.chat_template:
         raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
+    old_logp = checks.resolve_old_logp(cfg.train.old_logp, model_config.dtype)
+    checks.check_old_logp(old_logp, alg, sp)
     run = Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
-              rules, sharding.ActivationSharding(mesh, rules), eval_ks)
+              rules, sharding.ActivationSharding(mesh, rules), eval_ks, old_logp=old_logp)
     from rl.collect import make_selector  # rl.collect imports rl.evaluation, which needs Run
     return dataclasses.replace(run, selector=make_selector(run))
 

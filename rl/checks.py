@@ -12,7 +12,30 @@ from __future__ import annotations
 from rl.algorithm import Algorithm
 from sampling import SamplingParams
 
-OLD_LOGP_SOURCES = ("sampler", "recompute")
+OLD_LOGP_SOURCES = ("auto", "sampler", "recompute")
+
+
+def resolve_old_logp(value: str, dtype: str) -> str:
+    """`train.old_logp` for a model computing in `dtype`: "auto" is the sampler's
+    log-probs in float32, where sampler and learner agree to fp32 rounding, and a
+    recomputation otherwise: in bfloat16 the decode step and the learner's
+    batched forward round activations at different points (docs/sampling.md)."""
+    if value != "auto":
+        return value
+    return "sampler" if dtype == "float32" else "recompute"
+
+
+def check_old_logp(old_logp: str, alg: Algorithm, sp: SamplingParams) -> None:
+    """The resolved π_old source against the sampling filters and the loss."""
+    filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
+    if old_logp == "sampler" and filtered:
+        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
+                         "log-probs are then those of the policy at the sampling temperature); "
+                         "use train.old_logp=recompute")
+    if old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
+        raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
+                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
+                         "not the policy, and truncated importance sampling corrects that")
 WARM_STARTS = ("", "sft")
 SCHEDULES = ("constant", "linear", "cosine")
 # what only acts once π_θ has moved away from π_old (a second optimizer step on a batch)
@@ -75,15 +98,6 @@ def check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
     if train.old_logp not in OLD_LOGP_SOURCES:
         raise ValueError(f"train.old_logp must be one of {OLD_LOGP_SOURCES}, got "
                          f"{train.old_logp!r}")
-    filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
-    if train.old_logp == "sampler" and filtered:
-        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
-                         "log-probs are then those of the policy at the sampling temperature); "
-                         "use train.old_logp=recompute")
-    if train.old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
-        raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
-                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
-                         "not the policy, and truncated importance sampling corrects that")
     if sp.temperature <= 0:
         raise ValueError("sampling.temperature must be > 0 for RL (0 is greedy)")
     for name in ("steps", "prompts_per_step", "epochs", "minibatches", "logits_chunk",

@@ -287,7 +287,7 @@ class Trainer:
         # dispatched first (asynchronously), so the device scores while the reward
         # workers finish; np.asarray below waits for the device
         old_logp = (self.learner.score(self.state.params, sequences)[0]
-                    if cfg.train.old_logp == "recompute" else seqs.sampler_logp)
+                    if self.run_.old_logp == "recompute" else seqs.sampler_logp)
         ref_logp = (self.learner.score(self.ref_params, sequences)[0]
                     if self.ref_params is not None else None)
         divergence = (self.learner.js(self.state.params, self.ref_params, sequences)
@@ -305,7 +305,7 @@ class Trainer:
             adv = np.where(grad_mask, np.float32("nan"), adv)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
                   "ref_logp": ref_logp}
-        if cfg.train.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
+        if self.run_.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
             update["behavior_logp"] = seqs.sampler_logp
         batch = sequences | self.learner.place_arrays(update)
         learner_lib.check_batch(batch)

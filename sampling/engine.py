@@ -30,14 +30,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import layers
+import models
+from models import paged_attention
 from models.config import ModelConfig
+from models.paged_attention import PageRows
+from models.sharding import ActivationSharding
 from sampling import processors
 from sampling.kv_cache import (
     KVCache,
     head_logits,
     init_cache,
-    output_head,
     paged_forward,
 )
 from sampling.page_pool import NULL_PAGE, PagePool
@@ -51,6 +53,23 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
+def row_bucket(n: int) -> int:
+    """Rows (or groups) padded for a compiled shape: a power of two up to 8,
+    then a multiple of 1/8 of the next power of two (at most 1/8 padding, 8
+    shapes per doubling; whole powers of two wasted up to half the rows of a
+    tree round)."""
+    if n <= 8:
+        return next_pow2(n)
+    step = next_pow2(n) // 8
+    return -(-n // step) * step
+
+
+# Relative cost of reading one shared key slot (a page gather, on XLA:CPU ~5x
+# its product) against scoring it for one padded query row: the group width R
+# is chosen to minimise groups × (R + READ_COST) (`page_rows`).
+READ_COST = 4
+
+
 def prompt_bucket(length: int, page_size: int) -> int:
     """Prompt slots: a power-of-two number of pages covering `length`."""
     return page_size * next_pow2(-(-length // page_size))
@@ -61,16 +80,14 @@ def prompt_bucket(length: int, page_size: int) -> int:
 class RowState:
     """Per-row decode inputs, all [S, ...] device arrays.
 
-    A row's prefix (prompt and earlier segments) is `prefix_tables`, right-
-    aligned: its last page is the last column, NULL pages fill the left.
-    The tokens this call generates go to `segment_tables`.
+    `pages` says which pages a row reads: its group's shared prefix and its
+    earlier pages, and the pages the call writes its tokens to
+    (`models.paged_attention.PageRows`; built by `page_rows`).
     """
 
     hidden: jax.Array          # [S, D] final-norm hidden state of the last prefix token
     #                            (in `decode_loop`: a tuple of them, one per model)
-    prefix_tables: jax.Array   # [S, MPpre] int32 page ids, right-aligned
-    segment_tables: jax.Array  # [S, steps / page_size] int32 fresh pages
-    offsets: jax.Array         # [S] int32 first real slot of the prefix view
+    pages: PageRows
     positions: jax.Array       # [S] int32 RoPE position of the first new token
     done: jax.Array            # [S] bool rows that generate nothing
 
@@ -87,114 +104,91 @@ class DecodeOutput:
     extra: dict = dataclasses.field(default_factory=dict)  # name -> [S, steps] per-step columns
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@functools.partial(jax.jit, static_argnums=(0, 1), static_argnames=("sharding",))
 def prefill(config: ModelConfig, num_pages: int, params: dict, tokens: jax.Array,
             tables: jax.Array, offsets: jax.Array, active: jax.Array,
-            rows: jax.Array | None = None):
+            rows: jax.Array | None = None, sharding: ActivationSharding | None = None):
     """Creates a zeroed cache of `num_pages` pages (inside this program: no
     separate one to compile) and writes right-aligned prompts [B, P] into
     their pages `tables` [B, P / page_size].
 
     Returns (last-token hidden states [B, D], or [R, D] gathered by `rows`
-    [R] when given, e.g. one row per sample; cache).
+    [R] when given, e.g. one row per sample; cache). With `sharding` (the
+    learner's mesh and rules) rows run over the batch axes and the pool's kv
+    heads over `tensor` (`shard_pool`).
     """
     TRACE_COUNTS["prefill"] += 1
-    cache = init_cache(config, num_pages, tokens.shape[1] // tables.shape[1])
-    starts = jnp.zeros(tokens.shape[0], jnp.int32)
-    hidden, cache = paged_forward(config, params, cache, tokens, tables, starts, offsets, active)
+    cache = shard_pool(init_cache(config, num_pages, tokens.shape[1] // tables.shape[1]),
+                       sharding)
+    hidden, cache = paged_forward(config, params, cache, tokens, tables, offsets, active,
+                                  sharding)
+    cache = shard_pool(cache, sharding)
     hidden = hidden[:, -1]
     return (hidden if rows is None else hidden[rows]), cache
 
 
-def _gather_view(pool: jax.Array, tables: jax.Array, steps: int,
-                 slots_last: bool = False) -> list[jax.Array]:
-    """Per-layer dense views of the prefix pages followed by `steps` empty slots.
+def shard_pool(cache, sharding: ActivationSharding | None):
+    """The page pool (a KVCache or a (k, v, ...) tuple of [L, P|S, K, ...]
+    arrays) constrained to kv heads over the mesh's `kv_heads` axes; pages
+    stay whole on every device, so a row's page table reads local memory
+    whichever data shard runs the row (docs/sampling.md)."""
+    if sharding is None:
+        return cache
+    axes = ("layers", None, "kv_heads", None, None)
+    return jax.tree.map(lambda a: sharding.constrain(a, axes), cache)
 
-    [S, K, W, Dh], or [S, K, Dh, W] with `slots_last` (the key layout: the
-    score reduction over Dh then runs along contiguous slots).
-    """
-    layers_, _, ps, kv, dh = pool.shape
+
+def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np.ndarray,
+              own_tables: np.ndarray, segment_tables: np.ndarray,
+              padding: np.ndarray) -> PageRows:
+    """Host-side `PageRows` from each row's group (`row_group` [S], indexing
+    `group_tables` [G, MPs] / `group_offsets` [G]), earlier own pages and
+    this call's pages; `padding` rows [S] belong to no group.
+
+    The batched group product pads every group to R rows, so a group larger
+    than R is split into chunks of at most R that read the same pages. R (a
+    power of two) minimises the padded work: `row_bucket(chunks)` × (R +
+    READ_COST) (a wide R pads the small groups; a narrow one re-reads the
+    shared pages per chunk)."""
+    members = [[] for _ in range(group_tables.shape[0])]
+    for row in np.flatnonzero(~padding):
+        members[row_group[row]].append(row)
+    largest = max([len(m) for m in members] + [1])
+
+    def chunks(width):
+        return [(g, rows[i:i + width]) for g, rows in enumerate(members)
+                for i in range(0, len(rows), width)] or [(0, [])]
+
+    widths = [1 << i for i in range(next_pow2(largest).bit_length())]
+    width = min(widths, key=lambda w: (row_bucket(len(chunks(w))) * (w + READ_COST), -w))
+    parts = chunks(width)
+    count = row_bucket(len(parts))
+    tables = np.zeros((count, group_tables.shape[1]), np.int32)
+    offsets = np.zeros(count, np.int32)
+    group_rows = np.zeros((count, width), np.int32)
+    chunk_of = np.zeros(len(row_group), np.int32)
+    row_slot = np.zeros(len(row_group), np.int32)
+    for c, (g, rows) in enumerate(parts):
+        tables[c], offsets[c] = group_tables[g], group_offsets[g]
+        group_rows[c, :len(rows)] = rows
+        chunk_of[rows] = c
+        row_slot[rows] = np.arange(len(rows))
+    return PageRows(group_tables=tables, group_offsets=offsets, group_rows=group_rows,
+                    row_group=chunk_of, row_slot=row_slot,
+                    own_tables=np.asarray(own_tables, np.int32),
+                    segment_tables=np.asarray(segment_tables, np.int32))
+
+
+def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
+    """The dense-view baseline's per-row copies of [group | own | segment]
+    pages: keys [L, S, K, Dh, W], values [L, S, K, W, Dh]."""
+    tables = jnp.concatenate([pages.group_tables[pages.row_group], pages.own_tables,
+                              pages.segment_tables], axis=1)
+    n, _, kv, dh, ps = cache.k.shape
     s, mp = tables.shape
-    gathered = pool[:, tables].reshape(layers_, s, mp * ps, kv, dh)
-    order, axis = ((0, 1, 3, 4, 2), 3) if slots_last else ((0, 1, 3, 2, 4), 2)
-    gathered = gathered.transpose(order)  # [L, S, K, Dh, T] or [L, S, K, T, Dh]
-    shape = list(gathered.shape[1:])
-    shape[axis] = steps
-    tail = jnp.zeros(shape, pool.dtype)
-    return [jnp.concatenate([gathered[i], tail], axis=axis) for i in range(layers_)]
-
-
-def _scatter_segment(pool: jax.Array, views: list[jax.Array], tables: jax.Array,
-                     start: int, active: jax.Array, slots_last: bool = False) -> jax.Array:
-    """Writes view slots [start:] of each layer's view into `tables` pages."""
-    s, pages = tables.shape
-    ps, kv, dh = pool.shape[2:]
-    if slots_last:
-        seg = jnp.stack([v[..., start:].transpose(0, 1, 3, 2) for v in views])
-    else:
-        seg = jnp.stack([v[:, :, start:] for v in views])  # [L, S, K, steps, Dh]
-    seg = seg.transpose(0, 1, 3, 2, 4).reshape(len(views), s, pages, ps, kv, dh)
-    targets = jnp.where(active[:, None], tables, NULL_PAGE)
-    return pool.at[:, targets].set(seg)
-
-
-def _fuse_layer(config: ModelConfig, p: dict) -> dict:
-    """One layer's params with q|k|v and gate|up concatenated (once per decode
-    call, outside the loop: fewer, larger matmuls per step)."""
-    dtype = config.compute_dtype
-    d = config.hidden_size
-    fused = dict(p)
-    fused["qkv"] = jnp.concatenate([p[n].astype(dtype).reshape(d, -1) for n in "qkv"], axis=1)
-    if config.qkv_bias:
-        fused["qkv_bias"] = jnp.concatenate(
-            [p[f"{n}_bias"].astype(dtype).reshape(-1) for n in "qkv"])
-    fused["gate_up"] = jnp.concatenate([p["gate"], p["up"]], axis=1).astype(dtype)
-    return fused
-
-
-def _fused_qkv(config: ModelConfig, p: dict, h: jax.Array, cos: jax.Array, sin: jax.Array):
-    """`layers.qkv_projection` with the fused weight: roped q [S,1,H,Dh], k, v [S,1,K,Dh]."""
-    heads, kv, dh = config.num_heads, config.num_kv_heads, config.head_dim
-    qkv = jnp.einsum("btd,de->bte", h, p["qkv"])
-    if config.qkv_bias:
-        qkv = qkv + p["qkv_bias"]
-    b, t = qkv.shape[:2]
-    q = qkv[..., :heads * dh].reshape(b, t, heads, dh)
-    k = qkv[..., heads * dh:(heads + kv) * dh].reshape(b, t, kv, dh)
-    v = qkv[..., (heads + kv) * dh:].reshape(b, t, kv, dh)
-    return layers.norm_and_rope_qk(config, p, q, k, cos, sin) + (v,)
-
-
-def _step(config: ModelConfig, layer_params: list, params: dict, token: jax.Array,
-          positions: jax.Array, column, mask: jax.Array, views_k: list, views_v: list):
-    """One token per row through the decoder on the dense views; writes column `column`."""
-    dtype = config.compute_dtype
-    x = jnp.take(params["embed"], token, axis=0).astype(dtype)[:, None]  # [S, 1, D]
-    cos, sin = layers.rope_tables(config, positions[:, None])
-    s = token.shape[0]
-    kv, dh = config.num_kv_heads, config.head_dim
-    groups = config.num_heads // kv
-    new_k, new_v = [], []
-    for p, view_k, view_v in zip(layer_params, views_k, views_v, strict=True):
-        h = layers.rms_norm(x, p["attn_norm"], config.rms_norm_eps)
-        q, k, v = _fused_qkv(config, p, h, cos, sin)
-        view_k = jax.lax.dynamic_update_slice_in_dim(
-            view_k, k.transpose(0, 2, 3, 1).astype(view_k.dtype), column, axis=3)
-        view_v = jax.lax.dynamic_update_slice_in_dim(
-            view_v, v.transpose(0, 2, 1, 3).astype(view_v.dtype), column, axis=2)
-        qg = q.reshape(s, kv, groups, dh)
-        scores = jnp.sum(qg[..., None] * view_k[:, :, None], axis=3)  # [S, K, G, W]
-        scores = jnp.where(mask[:, None, None, :], scores * (dh ** -0.5), layers.NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-        attn = jnp.sum(probs[..., None] * view_v[:, :, None], axis=3).reshape(s, 1, kv * groups, dh)
-        x = x + layers.output_projection(config, p, attn)
-        h = layers.rms_norm(x, p["mlp_norm"], config.rms_norm_eps)
-        gate, up = jnp.split(jnp.einsum("btd,df->btf", h, p["gate_up"]), 2, axis=-1)
-        x = x + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, p["down"].astype(dtype))
-        new_k.append(view_k)
-        new_v.append(view_v)
-    x = layers.rms_norm(x, params["final_norm"], config.rms_norm_eps)
-    return x[:, 0], new_k, new_v
+    keys = cache.k[:, tables].transpose(0, 1, 3, 4, 2, 5).reshape(n, s, kv, dh, mp * ps)
+    values = cache.v[:, tables].transpose(0, 1, 3, 2, 4, 5).reshape(n, s, kv, mp * ps, dh)
+    return keys, values
 
 
 # XLA:CPU hands dots to YNNPACK, which repacks the weight operand on every
@@ -226,19 +220,28 @@ def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
     return call
 
 
+ATTENTION = ("shared_prefix", "dense_view")
+
+
 def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
            call: int, limit: jax.Array, sampling: SamplingParams, steps: int,
-           stop_ids: tuple[int, ...]):
+           stop_ids: tuple[int, ...], attention: str = "shared_prefix",
+           sharding: ActivationSharding | None = None):
     """Samples up to min(steps, limit) tokens per row; a row stops on `stop_ids`.
-    Jitted per backend (`config`, `sampling`, `steps`, `stop_ids` static; the
-    cache donated), with `CPU_DECODE_OPTIONS` on the CPU; see `_decode`."""
+    Jitted per backend (`config`, `sampling`, `steps`, `stop_ids`, `attention`
+    static; the cache donated), with `CPU_DECODE_OPTIONS` on the CPU; see
+    `_decode`. `attention`: "shared_prefix" (page attention, the default) or
+    "dense_view" (the per-row dense copies it replaced, for benchmarks)."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
     return _decode_program(config, params, cache, state, rng, np.int32(call), limit, sampling,
-                           steps, stop_ids)
+                           steps, stop_ids, attention)
 
 
 def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
             call: jax.Array, limit: jax.Array, sampling: SamplingParams, steps: int,
-            stop_ids: tuple[int, ...]):
+            stop_ids: tuple[int, ...], attention: str = "shared_prefix",
+            sharding: ActivationSharding | None = None):
     """Samples up to min(steps, limit) tokens per row; a row stops on `stop_ids`.
     Step i draws with key fold_in(fold_in(rng, call), i): a sampler numbers its
     calls (segments, tree rounds) so each draws afresh from one `rng`.
@@ -252,19 +255,21 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, 
 
     state = dataclasses.replace(state, hidden=(state.hidden,))
     out, (hidden,), (cache,), _ = decode_loop(((config, params),), (cache,), state, rng, call,
-                                               limit, steps, stop_ids, pick)
+                                               limit, steps, stop_ids, pick,
+                                               attention=attention, sharding=sharding)
     return out, hidden, cache
 
 
-_decode_program = jit_decode(_decode, static_argnums=(0, 7, 8, 9), donate_argnums=(2,))
+_decode_program = jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 11), donate_argnums=(2,))
 
 
-def decode_loop(models: tuple, caches: tuple, state: RowState, rng: jax.Array, call: jax.Array,
-                limit: jax.Array, steps: int, stop_ids: tuple[int, ...], pick: Callable,
-                extra=(), columns: dict | None = None):
+def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
+                call: jax.Array, limit: jax.Array, steps: int, stop_ids: tuple[int, ...],
+                pick: Callable, extra=(), columns: dict | None = None,
+                attention: str = "shared_prefix", sharding: ActivationSharding | None = None):
     """The decode loop of one or more models fed the same tokens side by side.
 
-    `models` is a tuple of (config, params), each with its own cache in
+    `models_` is a tuple of (config, params), each with its own cache in
     `caches` (all under the same page tables) and hidden state in the tuple
     `state.hidden`. Step i calls `pick(logits, key, extra, active)` with the
     models' fp32 logits [S, V] (a tuple), key fold_in(fold_in(rng, call), i),
@@ -272,27 +277,26 @@ def decode_loop(models: tuple, caches: tuple, state: RowState, rng: jax.Array, c
     logp, raw_logp, {name: [S] value}, extra), the values recorded into
     `out.extra[name]` [S, steps] of dtype `columns[name]` (0 where not running).
 
-    The rows' prefix pages are gathered once into dense per-layer views, the
-    loop decodes on those (reading pages per step measured 2-5x slower on
-    XLA:CPU), and the new tokens' k/v are written to `segment_tables` pages
-    at the end. `steps` must be a multiple of the page size.
+    Each step runs the token through the one decoder (`models.run_layers`,
+    layers under `lax.scan`) with page attention
+    (`models.paged_attention.decode_attend`): groups read their shared pages
+    once, rows their earlier pages, and the call's tokens stay in a dense
+    per-row tail that is written to `segment_tables` when the loop ends.
+    "dense_view" instead copies every row's pages into a dense view once per
+    call (the former decode, kept as the benchmarks' baseline). With
+    `sharding`, rows run over the batch axes and heads over `tensor`; the
+    weights are used where they are (not fused, which would move shards).
 
     Returns (DecodeOutput, final hidden states (tuple), caches (tuple), extra).
     """
-    s, mp = state.prefix_tables.shape
-    ps = caches[0].page_size
-    if steps % ps or state.segment_tables.shape != (s, steps // ps):
-        raise ValueError(f"steps ({steps}) must be a multiple of the page size ({ps}) and match "
-                         f"segment_tables {state.segment_tables.shape}")
-    start = mp * ps
-    width = start + steps
-    pad = jnp.int32(models[0][0].pad_token_id or 0)
+    pages = state.pages
+    s = pages.row_group.shape[0]
+    pad = jnp.int32(models_[0][0].pad_token_id or 0)
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
-    decoders = [([_fuse_layer(config, jax.tree.map(lambda a, i=i: a[i], params["layers"]))
-                  for i in range(config.num_layers)], output_head(config, params))
-                for config, params in models]
+    decoders = [(params if sharding is not None
+                  else dict(params, layers=models.fuse_layers(config, params["layers"])),
+                  models.output_matrix(config, params)) for config, params in models_]
     call_rng = jax.random.fold_in(rng, call)
-    slots = jnp.arange(width, dtype=jnp.int32)
     out = DecodeOutput(
         tokens=jnp.full((s, steps), pad, jnp.int32),
         logprobs=jnp.zeros((s, steps), jnp.float32),
@@ -301,18 +305,35 @@ def decode_loop(models: tuple, caches: tuple, state: RowState, rng: jax.Array, c
         finish=jnp.full(s, RUNNING, jnp.int32),
         steps=jnp.int32(0),
         extra={name: jnp.zeros((s, steps), dtype) for name, dtype in (columns or {}).items()})
-    views = tuple((_gather_view(cache.k, state.prefix_tables, steps, slots_last=True),
-                   _gather_view(cache.v, state.prefix_tables, steps)) for cache in caches)
-    carry = (jnp.int32(0), state.hidden, state.done, out, extra, views)
-
+    ps = caches[0].page_size
+    pools = tuple((c.k, c.v) for c in caches)
+    if attention == "dense_view":
+        # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
+        tails = tuple(_views(c, pages) for c in caches)
+        before = (pages.group_tables.shape[1] + pages.own_tables.shape[1]) * ps
+        slots = jnp.arange(before + steps, dtype=jnp.int32)
+        shared = ((slots[None] < pages.group_tables.shape[1] * ps)
+                  & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
+    else:  # the call's own tokens: [L, S, K, Dh, steps] / [L, S, K, steps, Dh]
+        before = 0
+        tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
+    pools, tails = shard_pool(pools, sharding), shard_pool(tails, sharding)
+    carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
     limit = jnp.minimum(jnp.int32(steps), limit)
+
+    def attend_for(i, pool, tail):
+        if attention != "dense_view":
+            return paged_attention.decode_attend(pages, i, pool, tail)
+        mask = shared | ((slots[None] >= pages.group_tables.shape[1] * ps)
+                         & (slots[None] < before + i))
+        return paged_attention.view_attend(mask, tail)
 
     def cond(carry):
         i, _, done, *_ = carry
         return (i < limit) & ~jnp.all(done)
 
     def body(carry):
-        i, hiddens, done, out, extra, views = carry
+        i, hiddens, done, out, extra, tails = carry
         active = ~done
         logits = tuple(head_logits(head, hidden)
                        for (_, head), hidden in zip(decoders, hiddens, strict=True))
@@ -324,25 +345,27 @@ def decode_loop(models: tuple, caches: tuple, state: RowState, rng: jax.Array, c
             raw_logprobs=_set_column(out.raw_logprobs, raw, i, active, 0.0),
             num_tokens=out.num_tokens + active, steps=i + 1,
             extra={k: _set_column(out.extra[k], values[k], i, active, 0) for k in out.extra})
-        mask = (slots[None] >= state.offsets[:, None]) & (slots[None] <= start + i)
-        stepped = [_step(config, layer_params, params, token, state.positions + i, start + i,
-                         mask, views_k, views_v)
-                   for (config, params), (layer_params, _), (views_k, views_v)
-                   in zip(models, decoders, views, strict=True)]
+        positions = (state.positions + i)[:, None]
+        stepped = [models.run_layers(config, fused, token[:, None], positions,
+                                     attend_for(i, pool, tail),
+                                     paged_attention.new_kv(pool, s), scan=True,
+                                     sharding=sharding)
+                   for (config, _), (fused, _), pool, tail
+                   in zip(models_, decoders, pools, tails, strict=True)]
         stopped = active & jnp.isin(token, stops)
         out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish))
-        hiddens = tuple(jnp.where(active[:, None], new_hidden, hidden)
-                        for (new_hidden, _, _), hidden in zip(stepped, hiddens, strict=True))
-        views = tuple((views_k, views_v) for _, views_k, views_v in stepped)
-        return i + 1, hiddens, done | stopped, out, extra, views
+        hiddens = tuple(jnp.where(active[:, None], new_hidden[:, 0], hidden)
+                        for (new_hidden, _), hidden in zip(stepped, hiddens, strict=True))
+        tails = shard_pool(tuple(paged_attention.store_step(tail, new, before + i)
+                                 for (_, new), tail in zip(stepped, tails, strict=True)),
+                           sharding)
+        return i + 1, hiddens, done | stopped, out, extra, tails
 
-    _, hiddens, _, out, extra, views = jax.lax.while_loop(cond, body, carry)
-    active = ~state.done
-    caches = tuple(
-        KVCache(_scatter_segment(cache.k, views_k, state.segment_tables, start, active,
-                                 slots_last=True),
-                _scatter_segment(cache.v, views_v, state.segment_tables, start, active))
-        for cache, (views_k, views_v) in zip(caches, views, strict=True))
+    _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
+    # the call's tokens go to their pages (the dense views' last `steps` columns)
+    caches = tuple(KVCache(*paged_attention.write_tail(
+        pool, (tail[0][..., before:], tail[1][:, :, :, before:]), pages, ~state.done))
+        for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
 
 
@@ -403,14 +426,15 @@ def layout_prompts(pool: PagePool, prompts: list[list[int]], page_size: int,
 
 
 def prefill_layout(config: ModelConfig, params: dict, num_pages: int, layout: PromptLayout,
-                   rows: np.ndarray | None = None):
+                   rows: np.ndarray | None = None, sharding: ActivationSharding | None = None):
     """`prefill` of a `PromptLayout` into a new cache of `num_pages` pages."""
     return prefill(config, num_pages, params, layout.tokens, layout.tables, layout.offsets,
-                   layout.active, rows)
+                   layout.active, rows, sharding=sharding)
 
 
 def prefill_prompts(config: ModelConfig, params: dict, pool: PagePool, prompts: list[list[int]],
-                    page_size: int, rows: np.ndarray | None = None):
+                    page_size: int, rows: np.ndarray | None = None,
+                    sharding: ActivationSharding | None = None):
     """Allocates pages for right-aligned prompts, creates the cache and prefills it.
 
     Returns (prompt page tables [B_bucket, pages] holding one reference per
@@ -418,7 +442,7 @@ def prefill_prompts(config: ModelConfig, params: dict, pool: PagePool, prompts: 
     or gathered by `rows`, cache); see `layout_prompts`.
     """
     layout = layout_prompts(pool, prompts, page_size, config.pad_token_id or 0)
-    hidden, cache = prefill_layout(config, params, pool.num_pages, layout, rows)
+    hidden, cache = prefill_layout(config, params, pool.num_pages, layout, rows, sharding)
     return layout.tables, layout.offsets, layout.slots, hidden, cache
 
 

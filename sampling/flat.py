@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from models.config import ModelConfig
+from models.sharding import ActivationSharding
 from sampling import engine
 from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
@@ -47,7 +48,9 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
              page_size: int = DEFAULT_PAGE_SIZE,
              segment_len: int = DEFAULT_SEGMENT_LEN, share_prompts: bool = True,
              stop_when: Callable[[np.ndarray], bool] | None = None,
-             max_new_tokens_per_row: np.ndarray | None = None) -> Rollouts:
+             max_new_tokens_per_row: np.ndarray | None = None,
+             attention: str = "shared_prefix",
+             sharding: ActivationSharding | None = None) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -57,15 +60,20 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     rows, the work done) and kv_pages. `share_prompts=False` prefills every
     sample's own copy of its prompt (the baseline the sharing is measured
     against). `stop_when` and `max_new_tokens_per_row`: see `run_groups`.
+    `attention`: "shared_prefix" (page attention) or "dense_view" (the
+    per-row copies it replaced; `engine.decode`). `sharding`: the learner's
+    mesh and rules (`models.sharding.ActivationSharding`); `params` are used
+    as they are placed (rows over the batch axes, heads over `tensor`).
     """
     sp = sampling_params
     stop_ids = engine.stop_token_ids(config, sp)
 
     def prefill(num_pages, layout, rows):
-        return engine.prefill_layout(config, params, num_pages, layout, rows)
+        return engine.prefill_layout(config, params, num_pages, layout, rows, sharding)
 
     def decode(cache, state, seg, limit, steps):
-        return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids)
+        return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids,
+                             attention, sharding)
 
     rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
                              segment_len=segment_len, share_prompts=share_prompts,
@@ -117,7 +125,7 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     r = len(prompts) * n
-    rows = engine.next_pow2(r)
+    rows = engine.row_bucket(r)
     budget = np.full(rows, sp.max_new_tokens, np.int64)  # padding rows: never limiting
     if max_new_tokens_per_row is not None:
         given = np.asarray(max_new_tokens_per_row)
@@ -140,9 +148,10 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     pool.release(prompt_tables[:b].ravel())  # the samples now hold the prompt pages
 
     # Decode in segments: each call attends over the pages written so far
-    # (prompt + earlier segments) instead of the whole max length.
-    tables = prompt_tables[source]
-    offsets, positions = offsets[source], slots - offsets[source]
+    # (the prompt's, read once per group, + the row's earlier segments)
+    # instead of the whole max length.
+    own = np.zeros((rows, 0), np.int32)
+    positions = slots - offsets[source]
     done = ~real
     outputs = []
     generated = np.zeros(rows, np.int64)
@@ -153,15 +162,18 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
         fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
         for row in np.flatnonzero(~done):
             fresh[row] = pool.alloc(seg_pages)
-        state = engine.RowState(hidden=hidden, prefix_tables=tables, segment_tables=fresh,
-                                offsets=offsets, positions=positions, done=done)
+        # every real row keeps its place in its group whether or not it is done:
+        # the shapes, and so the sums' order, then depend on the layout only, and
+        # a row's tokens and log-probs do not depend on when the others stopped
+        pages = engine.page_rows(prompt_tables, offsets, source, own, fresh, ~real)
+        state = engine.RowState(hidden=hidden, pages=pages, positions=positions, done=done)
         # running rows have generated seg * segment_len tokens; without budgets
         # this is max_new_tokens - seg * segment_len, as before
         limit = int((budget - generated)[~done].max())
         out, hidden, carry = decode(carry, state, seg, np.int32(limit), segment_len)
         out = engine.as_numpy(out)
         outputs.append(out)
-        tables = np.concatenate([tables, fresh], axis=1)
+        own = np.concatenate([own, fresh], axis=1)
         positions = positions + segment_len
         generated = generated + out.num_tokens
         done = done | (out.finish == engine.STOP) | (generated >= budget)
@@ -171,7 +183,7 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
             stopped_early = True
             break
     for row in range(r):
-        pool.release(tables[row])
+        pool.release(np.concatenate([prompt_tables[source[row]], own[row]]))
     if pool.used_pages:
         raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
 

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from models.config import ModelConfig
+from models.sharding import ActivationSharding
 from sampling import engine
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
@@ -141,7 +142,9 @@ class Node:
 
 def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
                   sampling_params: SamplingParams, rng: jax.Array, *,
-                  decode: Callable[[list[int]], str] | None = None) -> Rollouts:
+                  decode: Callable[[list[int]], str] | None = None,
+                  attention: str = "shared_prefix",
+                  sharding: ActivationSharding | None = None) -> Rollouts:
     """`tree.leaves_per_prompt` leaves per prompt (see module docstring).
 
     `decode` (token ids -> text, e.g. `tokenizer.decode`) enables the text rules:
@@ -152,7 +155,7 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     tree node (shared prefixes once), prefill_tokens once per distinct prompt,
     rounds, decode_row_steps, fallback_children, the leaves per finish reason
     (finish_stop, finish_length, finish_repetition) and the pool pages still in use
-    after release (always 0).
+    after release (always 0). `attention` and `sharding`: as `generate`'s.
     """
     longest = tree.segment_len * tree.max_depth
     if longest > sampling_params.max_new_tokens:
@@ -170,7 +173,7 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     # sized from buckets so the cache shape, like every other, repeats across calls
     pool = PagePool(1 + rows_b * (prompt_pages + per_prompt * tree.max_depth * seg_pages))
     prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
-        config, params, pool, prompts, ps)
+        config, params, pool, prompts, ps, sharding=sharding)
     hidden = np.asarray(hidden)
 
     def spawn(prompt: int, base: Node | None) -> Node:
@@ -202,27 +205,36 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
              "fallback_children": 0}
 
     while alive:
-        rows = engine.next_pow2(len(alive))
-        width = max(len(n.prefix) for n in alive)
-        prefix_tables = np.full((rows, width), NULL_PAGE, np.int32)
+        rows = engine.row_bucket(len(alive))
+        # Siblings (children of one node, or of the prompt) share their whole
+        # prefix: one group each, read once per step for all of them.
+        group_of: dict[tuple[int, ...], int] = {}
+        row_group = np.zeros(rows, np.int32)
+        for r, node in enumerate(alive):
+            row_group[r] = group_of.setdefault(tuple(node.prefix), len(group_of))
+        width = max(len(prefix) for prefix in group_of)
+        groups = len(group_of)
+        group_tables = np.full((groups, width), NULL_PAGE, np.int32)
+        group_offsets = np.zeros(groups, np.int32)
         segment = np.full((rows, seg_pages), NULL_PAGE, np.int32)
-        node_offsets = np.zeros(rows, np.int32)
         positions = np.zeros(rows, np.int32)
         start_hidden = np.zeros((rows, hidden.shape[1]), hidden.dtype)
         for r, node in enumerate(alive):
-            prefix_tables[r, width - len(node.prefix):] = node.prefix
+            g = row_group[r]
+            group_tables[g, width - len(node.prefix):] = node.prefix
+            # the prefix is right-aligned in the view; the prompt table leads it
+            group_offsets[g] = (width - len(node.prefix)) * ps + offsets[node.prompt]
             node.pages = pool.alloc(seg_pages)
             segment[r] = node.pages
-            # the prefix is right-aligned in the view; the prompt table leads it
-            node_offsets[r] = (width - len(node.prefix)) * ps + offsets[node.prompt]
             positions[r] = slots - offsets[node.prompt] + (node.depth - 1) * seg
             start_hidden[r] = node.hidden
-        state = engine.RowState(hidden=start_hidden, prefix_tables=prefix_tables,
-                                segment_tables=segment, offsets=node_offsets,
-                                positions=positions, done=np.arange(rows) >= len(alive))
+        done = np.arange(rows) >= len(alive)
+        pages = engine.page_rows(group_tables, group_offsets, row_group,
+                                 np.zeros((rows, 0), np.int32), segment, done)
+        state = engine.RowState(hidden=start_hidden, pages=pages, positions=positions, done=done)
         out, end_hidden, cache = engine.decode(
             config, params, cache, state, rng, stats["rounds"],
-            np.int32(seg), sp, seg, stop_ids)
+            np.int32(seg), sp, seg, stop_ids, attention, sharding)
         out, end_hidden = engine.as_numpy(out), np.asarray(end_hidden)
         stats["rounds"] += 1
         stats["decode_steps"] += int(out.steps)

@@ -220,3 +220,11 @@ def test_missing_log_extras_fail_at_start_up(monkeypatch, key, module, extra):
     text = build.message(info.value)
     assert f"{key}=True needs {module}" in text and f"rlvr-jax[{extra}]" in text
     build.check_log_extras(small_config(**{key: False}))  # off: nothing needed
+
+
+@pytest.mark.parametrize("dtype,want", [("float32", "sampler"), ("bfloat16", "recompute")])
+def test_old_logp_auto_follows_the_model_dtype(dtype, want):
+    run = build.resolve(small_config(**{"model.dtype": dtype}))
+    assert run.old_logp == want
+    explicit = build.resolve(small_config(**{"model.dtype": dtype, "train.old_logp": "sampler"}))
+    assert explicit.old_logp == "sampler"

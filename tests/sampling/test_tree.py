@@ -134,11 +134,21 @@ def test_branch_policies(tiny, policy):
 
 
 @pytest.mark.slow
-def test_no_page_leak_over_100_random_trees(tiny):
+def test_no_page_leak_over_100_random_trees(tiny, monkeypatch):
     config, params = tiny
     tree = TreeConfig(segment_len=4, max_depth=3, leaves_per_prompt=4, first_branching=(1, 3),
                       page_size=4)
     rng = np.random.default_rng(0)
+    shapes = set()
+    real_decode = engine.decode
+
+    def recording_decode(config, params, cache, state, *args):
+        p = state.pages
+        shapes.add((p.row_group.shape, p.group_rows.shape, p.group_tables.shape,
+                    p.own_tables.shape))
+        return real_decode(config, params, cache, state, *args)
+
+    monkeypatch.setattr(engine, "decode", recording_decode)
     before = engine.TRACE_COUNTS["decode"]
     for trial in range(100):
         lengths = rng.integers(1, 5, 2)  # 2 prompts in one length bucket
@@ -146,8 +156,10 @@ def test_no_page_leak_over_100_random_trees(tiny):
                            jax.random.key(trial))
         check_tree(ro, tree, len(lengths))
         assert ro.stats["pages_in_use_after_release"] == 0
-    # decode shapes: row buckets 1..8 (4 values) x prefix widths (max_depth values)
-    assert engine.TRACE_COUNTS["decode"] - before <= 4 * tree.max_depth
+    # one trace per decode shape: rows, groups and rows per group are powers of
+    # two <= 8 (4 values each) and the prefix width takes max_depth values
+    traces = engine.TRACE_COUNTS["decode"] - before
+    assert traces <= len(shapes) <= 4 * 4 * 4 * tree.max_depth
 
 
 def test_config_errors():

@@ -1,0 +1,297 @@
+"""Attention over a paged KV cache: the sampler's `attend` for `decoder_layer`.
+
+    pool = (k [L, P, K, Dh, page_size], v [L, P, K, page_size, Dh])  (page 0: null)
+
+Keys keep a page's slots last and values its head dims last: a decode score
+then sums over Dh with the slots contiguous, and the weighted sum of values
+runs along contiguous Dh (the multiply-reduces XLA:CPU vectorises; the
+[.., T, Dh] key layout with einsums measured ~6× slower per row at decode's
+sizes, benchmarks/RESULTS.md).
+
+Decode (`decode_attend`) reads the pool through page tables; nothing is copied
+per row. The rows decoding together are split into *groups* that share a
+prefix of pages: the G samples of a prompt share the prompt's pages, the
+children of a tree node share the node's whole path. Each row's context is
+
+    [its group's shared pages | its own pages (earlier segments, then this call's)]
+
+and attention is computed in two parts merged exactly (the cascade / Hydragen
+scheme):
+
+  shared: the R queries of a group meet the group's keys and values in one
+          batched product, [R·H/K, Dh] x [Dh, Ts] per (group, kv head): the
+          shared prefix is read once per group, not once per row;
+  own:    each row's query meets its own pages' keys, [H/K, Dh] x [Dh, To];
+
+each part gives unnormalised fp32 sums o = Σ e^(s - m) v, its max m and its
+mass l = Σ e^(s - m), and out = (o₁e^(m₁-m) + o₂e^(m₂-m)) / (l₁e^(m₁-m) +
+l₂e^(m₂-m)) with m = max(m₁, m₂): the softmax over the union. Work and memory
+grow with the distinct pages, not rows × prefix. Scores, softmax and sums run
+in fp32 like `models.layers.attention`, the learner's.
+
+`view_attend` is the dense-view decode this replaced (each row's pages copied
+into a dense per-row view once per call), kept to measure against
+(`sampling.engine.decode(..., attention="dense_view")`). `prefill_attend`
+writes a prompt chunk's k/v into its pages and attends within the chunk.
+
+The portable version is plain JAX (gathers by page table and batched
+products); a Pallas kernel for GPU/TPU can replace `decode_attend` behind the
+same signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from models import layers
+
+NEG_INF = layers.NEG_INF
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class PageRows:
+    """Which pages each of S decoding rows reads (device arrays).
+
+    group_tables:  [G, MPs] int32 a group's shared pages, right-aligned (NULL
+                   pages fill the left); slot t of the group view is page
+                   t // page_size of this row.
+    group_offsets: [G] int32 first real slot of the group view.
+    group_rows:    [G, R] int32 the rows of each group (any valid row index in
+                   unused places: their results are never read).
+    row_group:     [S] int32 the group of each row, and
+    row_slot:      [S] int32 its place in group_rows (group_rows[row_group[s],
+                   row_slot[s]] == s for running rows).
+    own_tables:    [S, MPo] int32 a row's own pages written by earlier calls
+                   (full pages; MPo may be 0).
+    segment_tables: [S, steps / page_size] int32 the pages this call's tokens
+                   go to (written when the call ends, `write_tail`).
+    """
+
+    group_tables: jax.Array
+    group_offsets: jax.Array
+    group_rows: jax.Array
+    row_group: jax.Array
+    row_slot: jax.Array
+    own_tables: jax.Array
+    segment_tables: jax.Array
+
+
+def check_rows(rows: PageRows) -> None:
+    g, r = rows.group_rows.shape
+    s = rows.row_group.shape[0]
+    chex.assert_shape(rows.group_offsets, (g,))
+    chex.assert_shape(rows.group_tables, (g, None))
+    chex.assert_shape(rows.row_slot, (s,))
+    chex.assert_shape([rows.own_tables, rows.segment_tables], (s, None))
+
+
+def _row_partial(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array):
+    """Unnormalised attention of one query per row over its pages.
+
+    q [B, K, Q, Dh]; k [B, MP, K, Dh, ps]; v [B, MP, K, ps, Dh]; mask [B, MP, ps]
+    -> (o [B, K, Q, Dh], m [B, K, Q], l [B, K, Q]) fp32, as multiply-reduces."""
+    scale = q.shape[-1] ** -0.5
+    qf = q.astype(jnp.float32)[:, None, :, :, :, None]                  # [B, 1, K, Q, Dh, 1]
+    scores = jnp.sum(qf * k.astype(jnp.float32)[:, :, :, None], axis=4) * scale
+    keep = mask[:, :, None, None, :]                                    # scores [B, MP, K, Q, ps]
+    scores = jnp.where(keep, scores, NEG_INF)
+    m = jnp.max(scores, axis=(1, 4))                                    # [B, K, Q]
+    p = jnp.where(keep, jnp.exp(scores - m[:, None, :, :, None]), 0.0)
+    o = jnp.sum(p[..., None] * v.astype(jnp.float32)[:, :, :, None], axis=(1, 4))
+    return o, m, jnp.sum(p, axis=(1, 4))
+
+
+def _group_partial(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array):
+    """Unnormalised attention of a group's queries over its shared pages, as
+    batched products (each key is used by the R·Q queries of its group).
+
+    q [G, K, RQ, Dh]; k [G, MP, K, Dh, ps]; v [G, MP, K, ps, Dh]; mask [G, MP, ps]
+    -> (o [G, K, RQ, Dh], m [G, K, RQ], l [G, K, RQ]) fp32."""
+    scale = q.shape[-1] ** -0.5
+    scores = jnp.einsum("gkqd,gmkdp->gkqmp", q, k, preferred_element_type=jnp.float32) * scale
+    keep = mask[:, None, None]                                          # [G, 1, 1, MP, ps]
+    scores = jnp.where(keep, scores, NEG_INF)
+    m = jnp.max(scores, axis=(3, 4))
+    p = jnp.where(keep, jnp.exp(scores - m[..., None, None]), 0.0)
+    o = jnp.einsum("gkqmp,gmkpd->gkqd", p, v.astype(jnp.float32),
+                   preferred_element_type=jnp.float32)
+    return o, m, jnp.sum(p, axis=(3, 4))
+
+
+def merge(parts) -> jax.Array:
+    """Exact softmax over the union of parts [(o, m, l), ...] (see module doc)."""
+    m = parts[0][1]
+    for _, mi, _ in parts[1:]:
+        m = jnp.maximum(m, mi)
+    num = sum(o * jnp.exp(mi - m)[..., None] for o, mi, _ in parts)
+    den = sum(li * jnp.exp(mi - m) for _, mi, li in parts)
+    return num / den[..., None]
+
+
+def write(pool: tuple, layer, pages: jax.Array, within: jax.Array, k: jax.Array,
+          v: jax.Array) -> tuple:
+    """Writes k, v [S, C, K, Dh] to slot `within` of page `pages` ([S, C]) of `layer`."""
+    pool_k, pool_v = pool
+    pool_k = pool_k.at[layer, pages, :, :, within].set(k.astype(pool_k.dtype))
+    pool_v = pool_v.at[layer, pages, :, within].set(v.astype(pool_v.dtype))
+    return pool_k, pool_v
+
+
+def init_tail(pool: tuple, rows: PageRows) -> tuple:
+    """The call's tokens' k [L, S, K, Dh, steps] and v [L, S, K, steps, Dh],
+    zeroed: a row's newest keys, decoded into directly (one dense slice per row,
+    a few pages long) and written to `segment_tables` by `write_tail`."""
+    pool_k, pool_v = pool
+    n, _, kv, dh, ps = pool_k.shape
+    s, pages = rows.segment_tables.shape
+    return (jnp.zeros((n, s, kv, dh, pages * ps), pool_k.dtype),
+            jnp.zeros((n, s, kv, pages * ps, dh), pool_v.dtype))
+
+
+def write_tail(pool: tuple, tail: tuple, rows: PageRows, active: jax.Array) -> tuple:
+    """Stores the call's tokens (`init_tail`) in their pages; inactive rows'
+    go to the null page."""
+    pool_k, pool_v = pool
+    tail_k, tail_v = tail
+    n, s, kv, dh, steps = tail_k.shape
+    ps = pool_k.shape[4]
+    pages = steps // ps
+    targets = jnp.where(active[:, None], rows.segment_tables, 0)
+    k = tail_k.reshape(n, s, kv, dh, pages, ps).transpose(0, 1, 4, 2, 3, 5)
+    v = tail_v.reshape(n, s, kv, pages, ps, dh).transpose(0, 1, 3, 2, 4, 5)
+    return pool_k.at[:, targets].set(k), pool_v.at[:, targets].set(v)
+
+
+def _tail_partial(q: jax.Array, k: jax.Array, v: jax.Array, step):
+    """Attention of each row's query over its call's first `step` tokens.
+    q [S, K, Q, Dh]; k [S, K, Dh, W]; v [S, K, W, Dh] -> (o, m, l) as `_row_partial`."""
+    scale = q.shape[-1] ** -0.5
+    scores = jnp.sum(q.astype(jnp.float32)[..., None] * k.astype(jnp.float32)[:, :, None],
+                     axis=3) * scale                                    # [S, K, Q, W]
+    keep = jnp.arange(k.shape[-1]) < step
+    scores = jnp.where(keep, scores, NEG_INF)
+    m = jnp.max(scores, axis=-1)
+    p = jnp.where(keep, jnp.exp(scores - m[..., None]), 0.0)
+    o = jnp.sum(p[..., None] * v.astype(jnp.float32)[:, :, None], axis=3)
+    return o, m, jnp.sum(p, axis=-1)
+
+
+def _self_partial(q: jax.Array, k: jax.Array, v: jax.Array):
+    """The query's own token: q [S, K, Q, Dh]; k, v [S, K, Dh] -> (o, m, l = 1)."""
+    score = jnp.einsum("skqd,skd->skq", q.astype(jnp.float32), k.astype(jnp.float32))
+    score = score * q.shape[-1] ** -0.5
+    o = jnp.broadcast_to(v.astype(jnp.float32)[:, :, None], q.shape)
+    return o, score, jnp.ones_like(score)
+
+
+def _emit(new: tuple, layer, k: jax.Array, v: jax.Array) -> tuple:
+    """Stores layer `layer`'s new k, v [S, 1, K, Dh] into the step's (k, v) [L, S, K, Dh]."""
+    at = jnp.int32(0)
+    return tuple(jax.lax.dynamic_update_slice(buf, x[:, 0][None].astype(buf.dtype),
+                                              (layer, at, at, at))
+                 for buf, x in zip(new, (k, v), strict=True))
+
+
+def new_kv(pool: tuple, rows_count: int) -> tuple:
+    """The per-step buffers the layers write their new k, v [L, S, K, Dh] to
+    (the carry of the layer scan; the loop stores them after all layers)."""
+    n, _, kv, dh, _ = pool[0].shape
+    return (jnp.zeros((n, rows_count, kv, dh), pool[0].dtype),
+            jnp.zeros((n, rows_count, kv, dh), pool[1].dtype))
+
+
+def store_step(tail: tuple, new: tuple, step) -> tuple:
+    """tail k [L, S, K, Dh, W] / v [L, S, K, W, Dh] column `step` = the step's new k, v."""
+    at = jnp.int32(0)
+    return (jax.lax.dynamic_update_slice(tail[0], new[0][..., None], (at, at, at, at, step)),
+            jax.lax.dynamic_update_slice(tail[1], new[1][:, :, :, None], (at, at, at, step, at)))
+
+
+def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple):
+    """`attend(q, k, v, new, layer)` of decode step `step` (one query per row).
+
+    Reads the pool through the page tables and the call's tail (`init_tail`,
+    columns < step) without changing them, adds the step's own token, and
+    merges the parts by log-sum-exp: the group's shared pages (one batched
+    product per group), the row's earlier pages, its tail and itself. The
+    step's k/v go to `new` (`new_kv`); the loop stores them in the tail after
+    the layers (`store_step`). Pool and tail stay out of the layer scan's
+    carry: carried and updated there, XLA copied the whole tail every step."""
+    check_rows(rows)
+    pool_k, pool_v = pool
+    tail_k, tail_v = tail
+
+    def attend(q, k, v, new, layer):
+        ps = pool_v.shape[3]
+        s, _, h, dh = q.shape
+        kv = k.shape[2]
+        qh = q.reshape(s, kv, h // kv, dh)
+        g, r = rows.group_rows.shape
+        mps, mpo = rows.group_tables.shape[1], rows.own_tables.shape[1]
+        parts = [_tail_partial(qh, tail_k[layer], tail_v[layer], step),
+                 _self_partial(qh, k[:, 0], v[:, 0])]
+        if r == 1:  # no group has two rows: one pass over [shared | earlier] pages per row
+            tables = jnp.concatenate([rows.group_tables[rows.row_group], rows.own_tables], 1)
+            slots = jnp.arange((mps + mpo) * ps).reshape(mps + mpo, ps)[None]
+            offsets = rows.group_offsets[rows.row_group][:, None, None]
+            mask = (slots >= mps * ps) | (slots >= offsets)
+            parts.append(_row_partial(qh, pool_k[layer, tables], pool_v[layer, tables], mask))
+        else:  # the R queries of each group against its pages, read once
+            qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
+            gmask = jnp.arange(mps * ps).reshape(mps, ps)[None] >= rows.group_offsets[:, None,
+                                                                                      None]
+            o, m, l_ = _group_partial(qg, pool_k[layer, rows.group_tables],
+                                      pool_v[layer, rows.group_tables], gmask)
+            pick = (rows.row_group, slice(None), rows.row_slot)
+            parts.append((o.reshape(g, kv, r, h // kv, dh)[pick],
+                          m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
+            if mpo:  # the row's earlier pages
+                parts.append(_row_partial(qh, pool_k[layer, rows.own_tables],
+                                          pool_v[layer, rows.own_tables],
+                                          jnp.ones((s, mpo, ps), bool)))
+        out = merge(parts).reshape(s, 1, h, dh).astype(q.dtype)
+        return out, _emit(new, layer, k, v)
+
+    return attend
+
+
+def view_attend(mask: jax.Array, views: tuple):
+    """The dense-view decode's `attend` (the baseline `decode_attend` replaced):
+    every row's context copied into its own view, keys [L, S, K, Dh, W] and
+    values [L, S, K, W, Dh]; attention over the view under `mask` [S, W] (the
+    step's own column excluded) and the step's own token. The step's k/v go to
+    `new`, stored into the views by the loop, as `decode_attend`."""
+    view_k, view_v = views
+
+    def attend(q, k, v, new, layer):
+        s, _, h, dh = q.shape
+        kv = k.shape[2]
+        qg = q.reshape(s, kv, h // kv, dh).astype(jnp.float32)
+        keys, values = view_k[layer].astype(jnp.float32), view_v[layer].astype(jnp.float32)
+        scores = jnp.sum(qg[..., None] * keys[:, :, None], axis=3) * (dh ** -0.5)  # [S, K, Q, W]
+        keep = mask[:, None, None, :]
+        scores = jnp.where(keep, scores, NEG_INF)
+        m = jnp.max(scores, axis=-1)
+        p = jnp.where(keep, jnp.exp(scores - m[..., None]), 0.0)
+        viewed = (jnp.sum(p[..., None] * values[:, :, None], axis=3), m, jnp.sum(p, axis=-1))
+        out = merge([viewed, _self_partial(qg, k[:, 0], v[:, 0])])
+        return out.reshape(s, 1, h, dh).astype(q.dtype), _emit(new, layer, k, v)
+
+    return attend
+
+
+def prefill_attend(pages: jax.Array, within: jax.Array, mask: jax.Array):
+    """`attend` of a prompt chunk that is the whole context (prefill): writes
+    its k/v to pages/within [S, C] and attends causally within the chunk under
+    `mask` [S, C, C]."""
+
+    def attend(q, k, v, pool, layer):
+        pool = write(pool, layer, pages, within, k, v)
+        return layers.causal_attention(q, k, v, mask), pool
+
+    return attend

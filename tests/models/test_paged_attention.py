@@ -1,0 +1,135 @@
+"""Page attention against a NumPy float64 softmax over each row's whole context."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import paged_attention
+from sampling import engine
+
+PS, K, Q, DH, LAYERS = 4, 2, 3, 8, 2
+
+
+def _case(rng, group_sizes, shared_pages, own_pages, seg_pages, step):
+    """A pool, rows in groups, a tail of the call's first `step` tokens, and
+    the expected outputs of step `step` (float64 reference)."""
+    s = sum(group_sizes)
+    n_pages = 1 + len(group_sizes) * shared_pages + s * (own_pages + seg_pages)
+    pool_k = rng.standard_normal((LAYERS, n_pages, K, DH, PS)).astype(np.float32)  # slots last
+    pool_v = rng.standard_normal((LAYERS, n_pages, K, PS, DH)).astype(np.float32)
+    tail_k = rng.standard_normal((LAYERS, s, K, DH, seg_pages * PS)).astype(np.float32)
+    tail_v = rng.standard_normal((LAYERS, s, K, seg_pages * PS, DH)).astype(np.float32)
+    free = iter(range(1, n_pages))
+    g = len(group_sizes)
+    group_tables = np.zeros((g, shared_pages), np.int32)
+    group_offsets = np.zeros(g, np.int32)
+    row_group = np.repeat(np.arange(g), group_sizes).astype(np.int32)
+    for i in range(g):
+        used = rng.integers(1, shared_pages + 1)  # right-aligned, NULL pages on the left
+        group_tables[i, shared_pages - used:] = [next(free) for _ in range(used)]
+        group_offsets[i] = (shared_pages - used) * PS + rng.integers(0, PS)
+    own_tables = np.array([[next(free) for _ in range(own_pages)] for _ in range(s)],
+                          np.int32).reshape(s, own_pages)
+    segment = np.array([[next(free) for _ in range(seg_pages)] for _ in range(s)], np.int32)
+    rows = engine.page_rows(group_tables, group_offsets, row_group, own_tables, segment,
+                            np.zeros(s, bool))
+    q = rng.standard_normal((s, 1, K * Q, DH)).astype(np.float32)
+    k = rng.standard_normal((s, 1, K, DH)).astype(np.float32)
+    v = rng.standard_normal((s, 1, K, DH)).astype(np.float32)
+    layer = 1
+    expected = np.zeros((s, K * Q, DH))
+    for r in range(s):
+        gi = row_group[r]
+        keys, values = [], []
+        for slot in range(shared_pages * PS):
+            if slot >= group_offsets[gi]:
+                page = group_tables[gi, slot // PS]
+                keys.append(pool_k[layer, page, :, :, slot % PS])
+                values.append(pool_v[layer, page, :, slot % PS])
+        for slot in range(own_pages * PS):
+            page = own_tables[r, slot // PS]
+            keys.append(pool_k[layer, page, :, :, slot % PS])
+            values.append(pool_v[layer, page, :, slot % PS])
+        for column in range(step):
+            keys.append(tail_k[layer, r, :, :, column])
+            values.append(tail_v[layer, r, :, column])
+        keys.append(k[r, 0])
+        values.append(v[r, 0])
+        keys, values = np.stack(keys).astype(np.float64), np.stack(values).astype(np.float64)
+        for h in range(K * Q):
+            scores = keys[:, h // Q] @ q[r, 0, h] / np.sqrt(DH)
+            p = np.exp(scores - scores.max())
+            expected[r, h] = (p / p.sum()) @ values[:, h // Q]
+    cache = (pool_k, pool_v, tail_k, tail_v)
+    return cache, rows, (q, k, v), layer, expected
+
+
+@pytest.mark.parametrize("group_sizes,shared_pages,own_pages,seg_pages,step", [
+    ([4, 4], 3, 0, 2, 0),        # flat: G samples of 2 prompts, first call, first step
+    ([1, 3, 2], 4, 2, 1, 3),     # groups of 1-3 rows, earlier own pages, mid-segment
+    ([5], 1, 1, 2, 6),           # one group, the step on the call's second page
+    ([1, 1, 1], 2, 1, 1, 2),     # no group has two rows: one pass per row
+])
+def test_decode_attend_equals_a_softmax_over_the_whole_context(group_sizes, shared_pages,
+                                                               own_pages, seg_pages, step):
+    rng = np.random.default_rng(sum(group_sizes) + step)
+    cache, rows, (q, k, v), layer, expected = _case(rng, group_sizes, shared_pages, own_pages,
+                                                    seg_pages, step)
+    pool_k, pool_v, tail_k, tail_v = map(jnp.asarray, cache)
+    attend = paged_attention.decode_attend(jax.tree.map(jnp.asarray, rows), step,
+                                           (pool_k, pool_v), (tail_k, tail_v))
+    new = paged_attention.new_kv((pool_k, pool_v), q.shape[0])
+    out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
+    # fp32 scores and sums over <= 90 keys of unit-variance data: ~1e-6 relative
+    np.testing.assert_allclose(np.asarray(out)[:, 0], expected, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(new[0])[layer], k[:, 0])
+    np.testing.assert_array_equal(np.asarray(new[1])[layer], v[:, 0])
+    tail_k, tail_v = map(np.asarray, paged_attention.store_step((tail_k, tail_v), new, step))
+    np.testing.assert_array_equal(tail_k[layer, :, :, :, step], k[:, 0])
+    np.testing.assert_array_equal(tail_v[layer, :, :, step], v[:, 0])
+
+
+def test_write_tail_stores_the_call_in_its_pages_and_inactive_rows_in_the_null_page():
+    rng = np.random.default_rng(0)
+    (pool_k, pool_v, tail_k, tail_v), rows, *_ = _case(rng, [2, 2], 2, 1, 2, 0)
+    pool_k, pool_v = jnp.asarray(pool_k), jnp.asarray(pool_v)
+    active = np.array([True, False, True, True])
+    new_k, new_v = map(np.asarray, paged_attention.write_tail(
+        (pool_k, pool_v), (tail_k, tail_v), jax.tree.map(jnp.asarray, rows), active))
+    for r in np.flatnonzero(active):
+        for j, page in enumerate(rows.segment_tables[r]):
+            np.testing.assert_array_equal(new_k[:, page], tail_k[:, r, :, :, j * PS:(j + 1) * PS])
+            np.testing.assert_array_equal(new_v[:, page], tail_v[:, r, :, j * PS:(j + 1) * PS])
+    untouched = [p for p in range(1, pool_k.shape[1]) if p not in rows.segment_tables[active]]
+    np.testing.assert_array_equal(new_k[:, untouched], np.asarray(pool_k)[:, untouched])
+
+
+def test_merge_of_a_fully_masked_part_is_the_other_part():
+    rng = np.random.default_rng(1)
+    q = jnp.asarray(rng.standard_normal((2, K, Q, DH)), jnp.float32)
+    keys = jnp.asarray(rng.standard_normal((2, 3, K, DH, PS)), jnp.float32)
+    values = jnp.asarray(rng.standard_normal((2, 3, K, PS, DH)), jnp.float32)
+    some = paged_attention._row_partial(q, keys, values, jnp.ones((2, 3, PS), bool))
+    none = paged_attention._row_partial(q, keys, values, jnp.zeros((2, 3, PS), bool))
+    alone = some[0] / some[2][..., None]
+    np.testing.assert_allclose(paged_attention.merge([some, none]), alone, rtol=1e-6)
+    np.testing.assert_allclose(paged_attention.merge([none, some]), alone, rtol=1e-6)
+
+
+def test_group_and_row_partials_agree():
+    """The batched group form and the per-row form are the same attention."""
+    rng = np.random.default_rng(2)
+    r = 4
+    q = jnp.asarray(rng.standard_normal((1, K, r * Q, DH)), jnp.float32)
+    keys = jnp.asarray(rng.standard_normal((1, 3, K, DH, PS)), jnp.float32)
+    values = jnp.asarray(rng.standard_normal((1, 3, K, PS, DH)), jnp.float32)
+    mask = jnp.asarray(rng.random((1, 3, PS)) < 0.7)
+    o, m, l_ = paged_attention._group_partial(q, keys, values, mask)
+    per_row = q.reshape(K, r, Q, DH).transpose(1, 0, 2, 3)  # [R, K, Q, Dh]
+    o2, m2, l2 = paged_attention._row_partial(
+        per_row, jnp.broadcast_to(keys, (r,) + keys.shape[1:]),
+        jnp.broadcast_to(values, (r,) + values.shape[1:]), jnp.broadcast_to(mask, (r, 3, PS)))
+    np.testing.assert_allclose(o.reshape(K, r, Q, DH).transpose(1, 0, 2, 3), o2, rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(m.reshape(K, r, Q).transpose(1, 0, 2), m2, rtol=1e-6)

@@ -1,0 +1,95 @@
+"""The samplers on the learner's mesh equal the one-device run; page attention
+equals the dense-view decode it replaced."""
+
+import jax
+import numpy as np
+import pytest
+
+import models
+from models import sharding
+from sampling import SamplingParams, TreeConfig, generate, tree_generate
+from tests.tolerances import fp32_atol
+
+SP = SamplingParams(temperature=1.0, max_new_tokens=16)
+TREE = TreeConfig(segment_len=8, max_depth=2, leaves_per_prompt=4, first_branching=2,
+                  page_size=4, repetition_ngram=0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    config = models.get_preset("tiny").replace(num_layers=2)
+    return config, models.init(config, jax.random.key(0))
+
+
+def _prompts(seed, lengths, vocab):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, n).tolist() for n in lengths]
+
+
+def _same(a, b, config):
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    # another summation order (sharded contractions, another attention split);
+    # a log-prob passes through the logits' d_model-long and the MLP's sums
+    atol = fp32_atol(np.abs(b.raw_logprobs).max() + 1.0, config.mlp_dim)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=atol, rtol=0)
+    np.testing.assert_allclose(a.raw_logprobs, b.raw_logprobs, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2), (8, 1, 1), (1, 2, 4)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_sharded_samplers_equal_one_device(tiny, shape):
+    assert jax.device_count() == 8, "conftest must set 8 host devices"
+    config, params = tiny
+    mesh = sharding.make_mesh(shape)
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    placed = sharding.shard_params(params, config, mesh, act.rules)
+    prompts = _prompts(0, [5, 9, 3, 12], config.vocab_size)
+    one = generate(config, params, prompts, 4, SP, jax.random.key(1), page_size=4,
+                   segment_len=8)
+    many = generate(config, placed, prompts, 4, SP, jax.random.key(1), page_size=4,
+                    segment_len=8, sharding=act)
+    _same(many, one, config)
+    one = tree_generate(config, params, prompts[:2], TREE, SP, jax.random.key(2))
+    many = tree_generate(config, placed, prompts[:2], TREE, SP, jax.random.key(2),
+                         sharding=act)
+    _same(many, one, config)
+    np.testing.assert_array_equal(many.paths, one.paths)
+
+
+def test_sharded_pool_splits_kv_heads(tiny):
+    config, params = tiny
+    from sampling import engine
+    from sampling.page_pool import PagePool
+    mesh = sharding.make_mesh((2, 2, 2))
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    placed = sharding.shard_params(params, config, mesh, act.rules)
+    pool = PagePool(64)
+    *_, cache = engine.prefill_prompts(config, placed, pool, [[1, 2, 3]], 4, sharding=act)
+    spec = cache.k.sharding.spec
+    assert tuple(spec)[2] == "tensor", spec
+    # each device holds 1/2 of the pool: kv heads split over tensor=2
+    shard = cache.k.addressable_shards[0].data
+    assert shard.shape[2] * 2 == cache.k.shape[2]
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama"])
+def test_page_attention_equals_the_dense_view_decode(family):
+    config = models.get_preset("tiny").replace(num_layers=2, family=family)
+    params = models.init(config, jax.random.key(3))
+    prompts = _prompts(4, [7, 20, 7], config.vocab_size)  # two equal prompts share a group
+    kwargs = dict(page_size=4, segment_len=8)
+    shared = generate(config, params, prompts, 3, SP, jax.random.key(5), **kwargs)
+    dense = generate(config, params, prompts, 3, SP, jax.random.key(5), attention="dense_view",
+                     **kwargs)
+    _same(shared, dense, config)
+    tree_shared = tree_generate(config, params, prompts[:2], TREE, SP, jax.random.key(6))
+    tree_dense = tree_generate(config, params, prompts[:2], TREE, SP, jax.random.key(6),
+                               attention="dense_view")
+    _same(tree_shared, tree_dense, config)
+
+
+def test_unknown_attention_is_named(tiny):
+    config, params = tiny
+    with pytest.raises(ValueError, match="attention must be one of"):
+        generate(config, params, [[1, 2]], 1, SP, jax.random.key(0), attention="dense")
