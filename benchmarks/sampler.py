@@ -19,7 +19,9 @@ Peak memory (d) is measured the same way for every engine: the growth of the
 process's resident-set high-water mark (VmHWM, reset through
 /proc/self/clear_refs after the warm-up call) over the resident set before a
 timed call. For our engines `xla_decode_bytes` adds XLA's own account of the
-decode program (arguments + outputs + temporaries - donated aliases).
+decode program (arguments + outputs + temporaries - donated aliases), and
+`kv_decode_bytes` that less `weight_bytes` (the params and the fused weight
+copy, identical in both): the page pool and decode's working memory.
 
 Timed repeats alternate between the compared sides after one warm-up call
 each (the warm-up compiles); the median is reported.
@@ -199,6 +201,12 @@ def bench_long_prompt_decode(config, params, preset, prompts_n, prompt_len, grou
             times[name].append(t)
             peaks[name].append(peak)
     tokens = prompts_n * group * new
+    # the decode program's weights, the same in both of our engines: the params
+    # and the fused q|k|v, gate|up copy it builds (models.fuse_layers)
+    c = config
+    fused = c.num_layers * c.hidden_size * ((c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+                                            + 2 * c.mlp_dim) * np.dtype(c.compute_dtype).itemsize
+    weights = int(sum(x.nbytes for x in jax.tree.leaves(params))) + fused
     for name in engines:
         row = {"benchmark": "long_prompt_decode", "engine": name,
                "tokens_per_s": round(tokens / statistics.median(times[name]), 1),
@@ -209,6 +217,8 @@ def bench_long_prompt_decode(config, params, preset, prompts_n, prompt_len, grou
                "repeats": repeats}
         if name != "transformers":
             row["xla_decode_bytes"] = _xla_decode_bytes(name, engines[name])
+            row["weight_bytes"] = weights
+            row["kv_decode_bytes"] = row["xla_decode_bytes"] - weights
         log(row)
 
 
@@ -265,8 +275,8 @@ def main(argv=None) -> int:
         long_config = models.get_preset(args.long_preset)
         long_params = models.init(long_config, jax.random.key(0))
         bench_long_prompt_decode(long_config, long_params, args.long_preset, prompts_n=4,
-                                 prompt_len=1024, group=16, new=256, repeats=args.repeats, threads=args.threads,
-                                 log=log)
+                                 prompt_len=1024, group=16, new=256, repeats=args.repeats,
+                                 threads=args.threads, log=log)
     return 0
 
 
