@@ -67,7 +67,8 @@ class PageRows:
     row_slot:      [S] int32 its place in group_rows (group_rows[row_group[s],
                    row_slot[s]] == s for running rows).
     own_tables:    [S, MPo] int32 a row's own pages written by earlier calls
-                   (full pages; MPo may be 0).
+                   (full pages), or None when there are none (no zero-size
+                   arrays reach the compiler).
     segment_tables: [S, steps / page_size] int32 the pages this call's tokens
                    go to (written when the call ends, `write_tail`).
     """
@@ -77,7 +78,7 @@ class PageRows:
     group_rows: jax.Array
     row_group: jax.Array
     row_slot: jax.Array
-    own_tables: jax.Array
+    own_tables: jax.Array | None
     segment_tables: jax.Array
 
 
@@ -87,7 +88,17 @@ def check_rows(rows: PageRows) -> None:
     chex.assert_shape(rows.group_offsets, (g,))
     chex.assert_shape(rows.group_tables, (g, None))
     chex.assert_shape(rows.row_slot, (s,))
-    chex.assert_shape([rows.own_tables, rows.segment_tables], (s, None))
+    chex.assert_shape(rows.segment_tables, (s, None))
+    if rows.own_tables is not None:
+        chex.assert_shape(rows.own_tables, (s, None))
+
+
+def context_tables(rows: PageRows) -> jax.Array:
+    """[S, MPs + MPo] each row's [group pages | earlier own pages]."""
+    shared = rows.group_tables[rows.row_group]
+    if rows.own_tables is None:
+        return shared
+    return jnp.concatenate([shared, rows.own_tables], axis=1)
 
 
 def _row_partial(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array):
@@ -232,11 +243,12 @@ def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple):
         kv = k.shape[2]
         qh = q.reshape(s, kv, h // kv, dh)
         g, r = rows.group_rows.shape
-        mps, mpo = rows.group_tables.shape[1], rows.own_tables.shape[1]
+        mps = rows.group_tables.shape[1]
+        mpo = 0 if rows.own_tables is None else rows.own_tables.shape[1]
         parts = [_tail_partial(qh, tail_k[layer], tail_v[layer], step),
                  _self_partial(qh, k[:, 0], v[:, 0])]
         if r == 1:  # no group has two rows: one pass over [shared | earlier] pages per row
-            tables = jnp.concatenate([rows.group_tables[rows.row_group], rows.own_tables], 1)
+            tables = context_tables(rows)
             slots = jnp.arange((mps + mpo) * ps).reshape(mps + mpo, ps)[None]
             offsets = rows.group_offsets[rows.row_group][:, None, None]
             mask = (slots >= mps * ps) | (slots >= offsets)

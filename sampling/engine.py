@@ -8,10 +8,12 @@ Two compiled programs serve both samplers:
                              before and after it), stopping early when every
                              row has finished
 
-A row's state is its page table, next slot, offset and the final-norm hidden
-state of its last token; the next token is sampled from that state, written
-to the cache, and its hidden state becomes the new one. Shapes are bucketed
-(rows and prompt length to powers of two, lengths in pages), so a training
+A row's state is the pages it reads (its group's shared prefix, its earlier
+pages, the pages this call fills: `PageRows`), its RoPE position and the
+final-norm hidden state of its last token; the next token is sampled from
+that state, run through the decoder with page attention
+(`models.paged_attention`), and its hidden state becomes the new one. Shapes
+are bucketed (`sampling.layout`: rows, groups, prompt pages), so a training
 run compiles each program once per bucket. `TRACE_COUNTS` counts traces per
 program for tests and benchmarks. The loop itself, `decode_loop`, also runs
 two models side by side for the lockstep sampler (`sampling.lockstep`), and a
@@ -24,7 +26,6 @@ import collections
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,37 +43,21 @@ from sampling.kv_cache import (
     init_cache,
     paged_forward,
 )
-from sampling.page_pool import NULL_PAGE, PagePool
+from sampling.layout import (  # noqa: F401  (re-exported: the samplers' entry points)
+    READ_COST,
+    PromptLayout,
+    check_prompts,
+    layout_prompts,
+    next_pow2,
+    page_rows,
+    prompt_bucket,
+    row_bucket,
+)
+from sampling.page_pool import PagePool
 from sampling.params import SamplingParams
 
 RUNNING, STOP = 0, 1  # DecodeOutput.finish
 TRACE_COUNTS: collections.Counter = collections.Counter()
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def row_bucket(n: int) -> int:
-    """Rows (or groups) padded for a compiled shape: a power of two up to 8,
-    then a multiple of 1/8 of the next power of two (at most 1/8 padding, 8
-    shapes per doubling; whole powers of two wasted up to half the rows of a
-    tree round)."""
-    if n <= 8:
-        return next_pow2(n)
-    step = next_pow2(n) // 8
-    return -(-n // step) * step
-
-
-# Relative cost of reading one shared key slot (a page gather, on XLA:CPU ~5x
-# its product) against scoring it for one padded query row: the group width R
-# is chosen to minimise groups × (R + READ_COST) (`page_rows`).
-READ_COST = 4
-
-
-def prompt_bucket(length: int, page_size: int) -> int:
-    """Prompt slots: a power-of-two number of pages covering `length`."""
-    return page_size * next_pow2(-(-length // page_size))
 
 
 @jax.tree_util.register_dataclass
@@ -138,52 +123,11 @@ def shard_pool(cache, sharding: ActivationSharding | None):
     return jax.tree.map(lambda a: sharding.constrain(a, axes), cache)
 
 
-def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np.ndarray,
-              own_tables: np.ndarray, segment_tables: np.ndarray,
-              padding: np.ndarray) -> PageRows:
-    """Host-side `PageRows` from each row's group (`row_group` [S], indexing
-    `group_tables` [G, MPs] / `group_offsets` [G]), earlier own pages and
-    this call's pages; `padding` rows [S] belong to no group.
-
-    The batched group product pads every group to R rows, so a group larger
-    than R is split into chunks of at most R that read the same pages. R (a
-    power of two) minimises the padded work: `row_bucket(chunks)` × (R +
-    READ_COST) (a wide R pads the small groups; a narrow one re-reads the
-    shared pages per chunk)."""
-    members = [[] for _ in range(group_tables.shape[0])]
-    for row in np.flatnonzero(~padding):
-        members[row_group[row]].append(row)
-    largest = max([len(m) for m in members] + [1])
-
-    def chunks(width):
-        return [(g, rows[i:i + width]) for g, rows in enumerate(members)
-                for i in range(0, len(rows), width)] or [(0, [])]
-
-    widths = [1 << i for i in range(next_pow2(largest).bit_length())]
-    width = min(widths, key=lambda w: (row_bucket(len(chunks(w))) * (w + READ_COST), -w))
-    parts = chunks(width)
-    count = row_bucket(len(parts))
-    tables = np.zeros((count, group_tables.shape[1]), np.int32)
-    offsets = np.zeros(count, np.int32)
-    group_rows = np.zeros((count, width), np.int32)
-    chunk_of = np.zeros(len(row_group), np.int32)
-    row_slot = np.zeros(len(row_group), np.int32)
-    for c, (g, rows) in enumerate(parts):
-        tables[c], offsets[c] = group_tables[g], group_offsets[g]
-        group_rows[c, :len(rows)] = rows
-        chunk_of[rows] = c
-        row_slot[rows] = np.arange(len(rows))
-    return PageRows(group_tables=tables, group_offsets=offsets, group_rows=group_rows,
-                    row_group=chunk_of, row_slot=row_slot,
-                    own_tables=np.asarray(own_tables, np.int32),
-                    segment_tables=np.asarray(segment_tables, np.int32))
-
-
 def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
     """The dense-view baseline's per-row copies of [group | own | segment]
     pages: keys [L, S, K, Dh, W], values [L, S, K, W, Dh]."""
-    tables = jnp.concatenate([pages.group_tables[pages.row_group], pages.own_tables,
-                              pages.segment_tables], axis=1)
+    tables = jnp.concatenate([paged_attention.context_tables(pages), pages.segment_tables],
+                             axis=1)
     n, _, kv, dh, ps = cache.k.shape
     s, mp = tables.shape
     keys = cache.k[:, tables].transpose(0, 1, 3, 4, 2, 5).reshape(n, s, kv, dh, mp * ps)
@@ -310,7 +254,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     if attention == "dense_view":
         # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
         tails = tuple(_views(c, pages) for c in caches)
-        before = (pages.group_tables.shape[1] + pages.own_tables.shape[1]) * ps
+        before = paged_attention.context_tables(pages).shape[1] * ps
         slots = jnp.arange(before + steps, dtype=jnp.int32)
         shared = ((slots[None] < pages.group_tables.shape[1] * ps)
                   & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
@@ -377,52 +321,6 @@ def _set_column(buf: jax.Array, x: jax.Array, i, active: jax.Array, fill) -> jax
 
 def stop_token_ids(config: ModelConfig, sampling: SamplingParams) -> tuple[int, ...]:
     return tuple(sorted(set(config.eos_token_ids) | set(sampling.stop_token_ids)))
-
-
-def check_prompts(config: ModelConfig, prompts) -> list[list[int]]:
-    """Prompts as lists of ints; ValueError naming the first bad one."""
-    if len(prompts) == 0:
-        raise ValueError("no prompts given")
-    out = []
-    for i, prompt in enumerate(prompts):
-        ids = [int(t) for t in prompt]
-        if not ids:
-            raise ValueError(f"prompt {i} is empty")
-        bad = [t for t in ids if not 0 <= t < config.vocab_size]
-        if bad:
-            raise ValueError(
-                f"prompt {i} has token ids outside [0, {config.vocab_size}): {bad[:5]}")
-        out.append(ids)
-    return out
-
-
-class PromptLayout(NamedTuple):
-    """Right-aligned prompts in their pages, ready for `prefill` (host arrays)."""
-
-    tables: np.ndarray   # [B_bucket, pages] int32 page ids, one reference per prompt
-    tokens: np.ndarray   # [B_bucket, slots] int32
-    offsets: np.ndarray  # [B_bucket] int32 first real slot
-    active: np.ndarray   # [B_bucket] bool real prompts
-    slots: int
-
-
-def layout_prompts(pool: PagePool, prompts: list[list[int]], page_size: int,
-                   pad_id: int = 0) -> PromptLayout:
-    """Allocates pages for right-aligned prompts. Prompt rows are bucketed to
-    a power of two and slots to a power-of-two number of pages
-    (`prompt_bucket`). One layout can be prefilled into several caches."""
-    rows_b = next_pow2(len(prompts))
-    slots = prompt_bucket(max(map(len, prompts)), page_size)
-    pages = slots // page_size
-    tables = np.full((rows_b, pages), NULL_PAGE, np.int32)
-    tokens = np.full((rows_b, slots), pad_id, np.int32)
-    offsets = np.full(rows_b, slots - 1, np.int32)
-    for i, prompt in enumerate(prompts):
-        used = -(-len(prompt) // page_size)
-        tables[i, pages - used:] = pool.alloc(used)
-        tokens[i, slots - len(prompt):] = prompt
-        offsets[i] = slots - len(prompt)
-    return PromptLayout(tables, tokens, offsets, np.arange(rows_b) < len(prompts), slots)
 
 
 def prefill_layout(config: ModelConfig, params: dict, num_pages: int, layout: PromptLayout,

@@ -145,7 +145,7 @@ def test_no_page_leak_over_100_random_trees(tiny, monkeypatch):
     def recording_decode(config, params, cache, state, *args):
         p = state.pages
         shapes.add((p.row_group.shape, p.group_rows.shape, p.group_tables.shape,
-                    p.own_tables.shape))
+                    None if p.own_tables is None else p.own_tables.shape))
         return real_decode(config, params, cache, state, *args)
 
     monkeypatch.setattr(engine, "decode", recording_decode)
