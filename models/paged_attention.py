@@ -247,25 +247,18 @@ def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple):
         mpo = 0 if rows.own_tables is None else rows.own_tables.shape[1]
         parts = [_tail_partial(qh, tail_k[layer], tail_v[layer], step),
                  _self_partial(qh, k[:, 0], v[:, 0])]
-        if r == 1:  # no group has two rows: one pass over [shared | earlier] pages per row
-            tables = context_tables(rows)
-            slots = jnp.arange((mps + mpo) * ps).reshape(mps + mpo, ps)[None]
-            offsets = rows.group_offsets[rows.row_group][:, None, None]
-            mask = (slots >= mps * ps) | (slots >= offsets)
-            parts.append(_row_partial(qh, pool_k[layer, tables], pool_v[layer, tables], mask))
-        else:  # the R queries of each group against its pages, read once
-            qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
-            gmask = jnp.arange(mps * ps).reshape(mps, ps)[None] >= rows.group_offsets[:, None,
-                                                                                      None]
-            o, m, l_ = _group_partial(qg, pool_k[layer, rows.group_tables],
-                                      pool_v[layer, rows.group_tables], gmask)
-            pick = (rows.row_group, slice(None), rows.row_slot)
-            parts.append((o.reshape(g, kv, r, h // kv, dh)[pick],
-                          m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
-            if mpo:  # the row's earlier pages
-                parts.append(_row_partial(qh, pool_k[layer, rows.own_tables],
-                                          pool_v[layer, rows.own_tables],
-                                          jnp.ones((s, mpo, ps), bool)))
+        # the R queries of each group against its pages, read once
+        qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
+        gmask = jnp.arange(mps * ps).reshape(mps, ps)[None] >= rows.group_offsets[:, None, None]
+        o, m, l_ = _group_partial(qg, pool_k[layer, rows.group_tables],
+                                  pool_v[layer, rows.group_tables], gmask)
+        pick = (rows.row_group, slice(None), rows.row_slot)
+        parts.append((o.reshape(g, kv, r, h // kv, dh)[pick],
+                      m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
+        if mpo:  # the row's earlier pages
+            parts.append(_row_partial(qh, pool_k[layer, rows.own_tables],
+                                      pool_v[layer, rows.own_tables],
+                                      jnp.ones((s, mpo, ps), bool)))
         out = merge(parts).reshape(s, 1, h, dh).astype(q.dtype)
         return out, _emit(new, layer, k, v)
 

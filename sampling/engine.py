@@ -251,6 +251,13 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
         extra={name: jnp.zeros((s, steps), dtype) for name, dtype in (columns or {}).items()})
     ps = caches[0].page_size
     pools = tuple((c.k, c.v) for c in caches)
+    # With no group of two rows nothing is shared: each row's context is its
+    # own distinct pages, and copying them once per call into a dense view
+    # costs no more memory than the pages themselves while sparing a page
+    # gather per step (on XLA:CPU 64 rows × 20 pages ran 2.6× slower gathered
+    # per step than viewed; benchmarks/RESULTS.md (a)).
+    if pages.group_rows.shape[1] == 1:
+        attention = "dense_view"
     if attention == "dense_view":
         # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
         tails = tuple(_views(c, pages) for c in caches)
