@@ -254,8 +254,8 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     # With no group of two rows nothing is shared: each row's context is its
     # own distinct pages, and copying them once per call into a dense view
     # costs no more memory than the pages themselves while sparing a page
-    # gather per step (on XLA:CPU 64 rows × 20 pages ran 2.6× slower gathered
-    # per step than viewed; benchmarks/RESULTS.md (a)).
+    # gather per step (docs/sampling.md: 6.24 s gathered vs 4.53 s viewed on
+    # 64 × 128 × 256 on XLA:CPU).
     if pages.group_rows.shape[1] == 1:
         attention = "dense_view"
     if attention == "dense_view":
