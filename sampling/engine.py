@@ -135,16 +135,19 @@ def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
     return keys, values
 
 
-# XLA:CPU hands dots to YNNPACK, which repacks the weight operand on every
-# call: at decode's few rows that costs more than the matmul itself. With
-# YNNPACK kept to reductions, W1's decode runs ~15% faster (interleaved A/B,
-# benchmarks/RESULTS.md); the update (1,200 rows) is faster with the default.
-CPU_DECODE_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
+# XLA:CPU compiler options of the decode program. The former decode kept
+# YNNPACK to reductions on the CPU ({"xla_cpu_experimental_ynn_fusion_type":
+# "LIBRARY_FUSION_TYPE_REDUCE"}, ~15% faster on W1's dense-view decode). With
+# the page-attention decode that experimental option was the prime suspect of
+# a segfault inside XLA's compiler, twice in a full `make test` (tree decode,
+# never alone), so every backend now compiles decode with the defaults
+# (docs/sampling.md).
+DECODE_OPTIONS: dict[str, dict] = {}
 
 
 def decode_options(backend: str) -> dict | None:
-    """XLA compiler options of the decode program on `backend`."""
-    return CPU_DECODE_OPTIONS if backend == "cpu" else None
+    """XLA compiler options of the decode program on `backend` (None: defaults)."""
+    return DECODE_OPTIONS.get(backend)
 
 
 def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
@@ -173,7 +176,7 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
            sharding: ActivationSharding | None = None):
     """Samples up to min(steps, limit) tokens per row; a row stops on `stop_ids`.
     Jitted per backend (`config`, `sampling`, `steps`, `stop_ids`, `attention`
-    static; the cache donated), with `CPU_DECODE_OPTIONS` on the CPU; see
+    static; the cache donated), with `decode_options`; see
     `_decode`. `attention`: "shared_prefix" (page attention, the default) or
     "dense_view" (the per-row dense copies it replaced, for benchmarks)."""
     if attention not in ATTENTION:

@@ -169,29 +169,6 @@ def test_other_families_match_teacher_forcing(family):
                                    atol=fp32_atol(ref, config.mlp_dim), rtol=0)
 
 
-def test_cpu_decode_options_compile_and_keep_the_numbers():
-    """`engine.CPU_DECODE_OPTIONS` names real XLA:CPU options (XLA rejects an
-    unknown one when compiling) and a dot compiled with them computes the
-    default's product up to summation order. (Where XLA places the dots, the
-    point of the options, shows only in XLA's internals; benchmarks/ measures it.)"""
-    if jax.default_backend() != "cpu":
-        pytest.skip("XLA:CPU options")
-    x = jax.random.normal(jax.random.key(0), (16, 256))
-    w = jax.random.normal(jax.random.key(1), (256, 512))
-
-    def matmul(a, b):
-        return a @ b
-
-    want = np.asarray(jax.jit(matmul)(x, w))
-    got = np.asarray(jax.jit(matmul, compiler_options=engine.CPU_DECODE_OPTIONS)(x, w))
-    # another dot kernel sums the 256 products in another order
-    np.testing.assert_allclose(got, want, atol=fp32_atol(want, 256), rtol=0)
-    with pytest.raises(jax.errors.JaxRuntimeError):  # so the options above were checked
-        jax.jit(matmul, compiler_options={"xla_cpu_no_such_option": "1"})(x, w)
-    assert engine.decode_options("cpu") == engine.CPU_DECODE_OPTIONS
-    assert engine.decode_options("gpu") is None
-
-
 def test_decode_compiles_once_and_repeats_exactly(tiny):
     """A second generate with the same shapes reuses the decode program (no new
     trace) and, being the same program on the same inputs, returns the same bits."""
