@@ -135,12 +135,10 @@ def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
     return keys, values
 
 
-# XLA:CPU compiler options of the decode program. The former decode kept
-# YNNPACK to reductions on the CPU ({"xla_cpu_experimental_ynn_fusion_type":
-# "LIBRARY_FUSION_TYPE_REDUCE"}, ~15% faster on W1's dense-view decode). With
-# the page-attention decode that experimental option was the prime suspect of
-# a segfault inside XLA's compiler, twice in a full `make test` (tree decode,
-# never alone), so every backend now compiles decode with the defaults
+# XLA:CPU compiler options of the decode program: none today. The former
+# decode kept YNNPACK to reductions on the CPU (~15% faster on W1's dense-view
+# decode); it was dropped while a compiler crash in long test workers was
+# investigated (the crash recurred without it) and not re-measured since
 # (docs/sampling.md).
 DECODE_OPTIONS: dict[str, dict] = {}
 
