@@ -178,13 +178,14 @@ def write_tail(pool: tuple, tail: tuple, rows: PageRows, active: jax.Array) -> t
     return pool_k.at[:, targets].set(k), pool_v.at[:, targets].set(v)
 
 
-def _tail_partial(q: jax.Array, k: jax.Array, v: jax.Array, step):
-    """Attention of each row's query over its call's first `step` tokens.
+def _tail_partial(q: jax.Array, k: jax.Array, v: jax.Array, keep: jax.Array):
+    """Attention of each row's query over a dense run of its keys (the call's
+    tail, or the dense-view baseline's whole view) where `keep` [S or 1, W].
     q [S, K, Q, Dh]; k [S, K, Dh, W]; v [S, K, W, Dh] -> (o, m, l) as `_row_partial`."""
     scale = q.shape[-1] ** -0.5
     scores = jnp.sum(q.astype(jnp.float32)[..., None] * k.astype(jnp.float32)[:, :, None],
                      axis=3) * scale                                    # [S, K, Q, W]
-    keep = jnp.arange(k.shape[-1]) < step
+    keep = keep[:, None, None, :]
     scores = jnp.where(keep, scores, NEG_INF)
     m = jnp.max(scores, axis=-1)
     p = jnp.where(keep, jnp.exp(scores - m[..., None]), 0.0)
@@ -245,7 +246,8 @@ def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple):
         g, r = rows.group_rows.shape
         mps = rows.group_tables.shape[1]
         mpo = 0 if rows.own_tables is None else rows.own_tables.shape[1]
-        parts = [_tail_partial(qh, tail_k[layer], tail_v[layer], step),
+        parts = [_tail_partial(qh, tail_k[layer], tail_v[layer],
+                               (jnp.arange(tail_k.shape[-1]) < step)[None]),
                  _self_partial(qh, k[:, 0], v[:, 0])]
         # the R queries of each group against its pages, read once
         qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
@@ -276,14 +278,8 @@ def view_attend(mask: jax.Array, views: tuple):
     def attend(q, k, v, new, layer):
         s, _, h, dh = q.shape
         kv = k.shape[2]
-        qg = q.reshape(s, kv, h // kv, dh).astype(jnp.float32)
-        keys, values = view_k[layer].astype(jnp.float32), view_v[layer].astype(jnp.float32)
-        scores = jnp.sum(qg[..., None] * keys[:, :, None], axis=3) * (dh ** -0.5)  # [S, K, Q, W]
-        keep = mask[:, None, None, :]
-        scores = jnp.where(keep, scores, NEG_INF)
-        m = jnp.max(scores, axis=-1)
-        p = jnp.where(keep, jnp.exp(scores - m[..., None]), 0.0)
-        viewed = (jnp.sum(p[..., None] * values[:, :, None], axis=3), m, jnp.sum(p, axis=-1))
+        qg = q.reshape(s, kv, h // kv, dh)
+        viewed = _tail_partial(qg, view_k[layer], view_v[layer], mask)
         out = merge([viewed, _self_partial(qg, k[:, 0], v[:, 0])])
         return out.reshape(s, 1, h, dh).astype(q.dtype), _emit(new, layer, k, v)
 

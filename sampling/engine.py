@@ -44,7 +44,6 @@ from sampling.kv_cache import (
     paged_forward,
 )
 from sampling.layout import (  # noqa: F401  (re-exported: the samplers' entry points)
-    READ_COST,
     PromptLayout,
     check_prompts,
     layout_prompts,
@@ -262,7 +261,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     if attention == "dense_view":
         # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
         tails = tuple(_views(c, pages) for c in caches)
-        before = paged_attention.context_tables(pages).shape[1] * ps
+        before = tails[0][0].shape[-1] - steps  # view slots before the call's tokens
         slots = jnp.arange(before + steps, dtype=jnp.int32)
         shared = ((slots[None] < pages.group_tables.shape[1] * ps)
                   & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
