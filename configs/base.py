@@ -33,6 +33,10 @@ rl:             the algorithm (docs/algorithms.md has every name and option).
                    (eps_low, eps_high, dual_clip, delta_*, keep_prob, mode).
   kl.kind, kl.coef, kl.clamp   KL to the reference (k1|k2|k3); coef 0 = none;
                    kl.in_reward puts it in the reward instead of the loss.
+  reference.offload  keep the frozen reference model in host memory (sharded
+                   like the policy, in each device's pinned_host memory) and
+                   bring it to the devices only while it scores a batch: its
+                   device memory is then needed only outside the update.
   reweight.name    "" or a token reweighter (fipo, logp_reweight,
                    divergence_weighted, delta_logp_mask) and its options.
   overlong.buffer, overlong.factor   DAPO's soft overlong penalty: the last
@@ -228,6 +232,7 @@ def rl_section() -> ml_collections.ConfigDict:
     rl.kl = ml_collections.ConfigDict(
         {"kind": "k3", "coef": 0.0, "clamp": config_dict.placeholder(float),
          "in_reward": False})
+    rl.reference = ml_collections.ConfigDict({"offload": False})
     rl.reweight = _options(c=float, form=str, gamma=float, clip_low=float, clip_high=float,
                            high_only=bool, neg_ratio_cap=float, ratio_mask=float, alpha=float,
                            divergence=str, quantile=float, start_step=int, method=str)

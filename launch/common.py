@@ -116,6 +116,83 @@ def define_workdir_flag(default: str | None = None):
                                required=default is None)
 
 
+_DISTRIBUTED: dict = {}
+
+
+def define_distributed_flags() -> None:
+    """`--coordinator`, `--num_processes`, `--process_id`: start JAX's multi-process
+    runtime explicitly (e.g. several processes on one CPU machine). Without them it
+    starts when the environment describes several processes (`cluster_environment`)."""
+    _DISTRIBUTED.update(
+        coordinator=flags.DEFINE_string(
+            "coordinator", None, "host:port of process 0's coordinator service "
+            "(jax.distributed.initialize); with --num_processes and --process_id."),
+        num_processes=flags.DEFINE_integer(
+            "num_processes", None, "Number of processes of a multi-process run."),
+        process_id=flags.DEFINE_integer(
+            "process_id", None, "This process's index in [0, num_processes)."))
+
+
+def cluster_environment(env=None) -> str | None:
+    """Which multi-process launcher the environment comes from (None: one process):
+    RLVR_DISTRIBUTED=1 (set by launch/tpu_pod.sh: a Cloud TPU VM pod, which JAX
+    finds through the VM's metadata server), JAX_COORDINATOR_ADDRESS, a SLURM step
+    with several tasks, Open MPI with several ranks, or TPU_WORKER_HOSTNAMES naming
+    several workers (TPUs on Kubernetes). `jax.distributed.initialize()` reads the
+    rest (addresses, counts, this process's index) from the same environment."""
+    env = os.environ if env is None else env
+    if env.get("RLVR_DISTRIBUTED") == "1":
+        return "RLVR_DISTRIBUTED"
+
+    def count(name: str) -> int:
+        value = env.get(name, "")
+        return int(value) if value.isdigit() else 1
+
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        return "JAX_COORDINATOR_ADDRESS"
+    if "SLURM_STEP_ID" in env and count("SLURM_NTASKS") > 1:
+        return "SLURM"
+    if count("OMPI_COMM_WORLD_SIZE") > 1:
+        return "Open MPI"
+    if len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
+        return "TPU pod"
+    return None
+
+
+def init_distributed() -> bool:
+    """Starts JAX's multi-process runtime when asked (`define_distributed_flags`) or when
+    the environment describes several processes; returns whether it did. Must run
+    before anything starts a JAX backend. Processes other than 0 then print nothing
+    on stdout (warnings and errors still go to stderr)."""
+    import jax
+
+    values = {k: v.value for k, v in _DISTRIBUTED.items()}
+    explicit = {k: v for k, v in values.items() if v is not None}
+    if explicit:
+        missing = sorted(set(values) - set(explicit))
+        if missing:
+            raise ValueError(f"--{', --'.join(missing)} missing: a multi-process run needs "
+                             "--coordinator, --num_processes and --process_id together")
+        n, index = explicit["num_processes"], explicit["process_id"]
+        if n < 1 or not 0 <= index < n:
+            raise ValueError(f"--process_id={index} is not in [0, --num_processes={n})")
+        if n == 1:
+            return False
+        kwargs = {"coordinator_address": explicit["coordinator"], "num_processes": n,
+                  "process_id": index}
+    elif cluster_environment() is None:
+        return False
+    else:
+        kwargs = {}
+    # CPU devices of different processes talk over TCP (gloo); GPU/TPU ignore this
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(**kwargs)
+    if jax.process_index() != 0:  # at the descriptor: the C++ libraries' prints too
+        sys.stdout.flush()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return True
+
+
 def default_config_path(name: str = "base.py") -> str:
     """Path of a config file shipped in the `configs` package."""
     import configs
@@ -236,31 +313,38 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     """`(run, params)` for an entry point: resolves and checks the config (one-line
     error, exit 2, before any compute), checks that it may resume the workdir's
     checkpoints (`fresh`: deletes them and the logs first, saying so; `resume`
-    False: the entry point does not train), writes DIR/config.json, builds the
-    policy. `for_sft`: the entry point is the supervised warm start; `logs`: it
+    False: the entry point does not train), prints the RL step's memory plan and
+    refuses a run that cannot fit its devices (`rl.memory_plan.preflight`), writes
+    DIR/config.json, builds the policy. `for_sft`: the entry point is the supervised warm start; `logs`: it
     writes TensorBoard files / a plot when the config asks (their extras must be
     installed); `init` False: no policy is built (params None)."""
     import json
 
-    from rl import build
+    from models import multihost
+    from rl import build, memory_plan
 
     try:
         if os.path.exists(workdir) and not os.path.isdir(workdir):
             raise ValueError(f"--workdir {workdir} exists and is not a directory")
         build.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
+        init_distributed()
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
         if logs:
             build.check_log_extras(cfg)
-        if fresh and os.path.isdir(workdir):
+        if fresh and os.path.isdir(workdir) and multihost.is_primary():
             removed = start_fresh(workdir)
             if removed:
                 print(f"--fresh: deleted {', '.join(removed)} in {workdir}")
+        multihost.sync("fresh")
         if resume:
             check_resume(run_, workdir, for_sft=for_sft)
+        if resume and init and not for_sft:  # an RL run: does its step fit the devices?
+            memory_plan.preflight(run_)  # prints the plan; refuses in one line
         build.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            json.dump(cfg.to_dict(), f, indent=2, default=str)
+        if multihost.is_primary():
+            with open(os.path.join(workdir, "config.json"), "w") as f:
+                json.dump(cfg.to_dict(), f, indent=2, default=str)
         if cfg.fault.enabled:
             print("warning: fault injection is on (config.fault): this run fails on purpose",
                   file=sys.stderr)
@@ -287,6 +371,7 @@ def train(run_, params, workdir: str) -> dict:
 
     import jax
 
+    from models import multihost
     from rl import sft
     from rl import trainer as trainer_lib
     from rl.logs import plot
@@ -314,7 +399,7 @@ def train(run_, params, workdir: str) -> dict:
     written = [trainer.log.path, os.path.join(workdir, "final")]
     if cfg.train.tensorboard:
         written.append(os.path.join(workdir, "tensorboard"))
-    if cfg.train.plot:
+    if cfg.train.plot and multihost.is_primary():
         data = cfg.data.task.name if cfg.data.source == "task" else cfg.data.source
         written.append(plot(workdir, title=f"{data}: {name}, {run_.algorithm.advantage}"))
     print(f"wrote {', '.join(written)}")

@@ -20,6 +20,7 @@ import os
 from launch.common import (
     default_config_path,
     define_config_flag,
+    define_distributed_flags,
     define_fresh_flag,
     define_workdir_flag,
     prepare,
@@ -30,6 +31,7 @@ from launch.common import (
 _CONFIG = define_config_flag("demo.py")
 _FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
+define_distributed_flags()
 
 
 def main(argv):

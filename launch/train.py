@@ -24,6 +24,7 @@ from __future__ import annotations
 from launch.common import (
     default_config_path,
     define_config_flag,
+    define_distributed_flags,
     define_fresh_flag,
     define_workdir_flag,
     prepare,
@@ -35,6 +36,7 @@ from launch.common import (
 _CONFIG = define_config_flag("demo.py")
 _FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
+define_distributed_flags()
 
 
 def main(argv):

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from models import multihost
 from models import params as params_lib
 from models import safetensors_io
 from models.config import DTYPES, ModelConfig
@@ -202,13 +203,6 @@ def load_pretrained(path: str | os.PathLike, dtype=jnp.float32, *, mesh=None, ru
     return config, out
 
 
-def _host_array(x: jax.Array) -> np.ndarray:
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(jax.device_get(x))
-
-
 def save_pretrained(path: str | os.PathLike, config: ModelConfig, params: dict, *,
                     max_shard_bytes: int = 5 * 1024**3) -> None:
     """Writes a Hugging Face directory loadable by transformers and `load_pretrained`.
@@ -226,7 +220,7 @@ def save_pretrained(path: str | os.PathLike, config: ModelConfig, params: dict, 
     tensors: dict[str, np.ndarray] = {}
     for key, names, _, how in tensor_plan(config):
         value = params[key[0]] if len(key) == 1 else params["layers"][key[1]]
-        arr = _host_array(value).astype(np_dtype)
+        arr = multihost.to_host(value).astype(np_dtype)
         if key[0] == "layers":
             for i, name in enumerate(names):
                 tensors[name] = _to_hf(arr[i], how)

@@ -26,7 +26,7 @@ import jax
 from jax.extend import backend as jax_backend
 
 import models
-from models import extras, sharding
+from models import extras, multihost, sharding
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
 from rl import algorithm as algorithm_lib
@@ -106,7 +106,10 @@ def _tokenizer(cfg, workdir: str | None) -> tuple[Any, str]:
     if not path:
         from models.byte_tokenizer import save_byte_tokenizer
         path = os.path.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
-        save_byte_tokenizer(path)
+        if not workdir or multihost.is_primary():  # a shared workdir: one process writes
+            save_byte_tokenizer(path)
+        if workdir:
+            multihost.sync("byte tokenizer")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"tokenizer directory {path} does not exist")
     return models.load_tokenizer(path), path
@@ -376,9 +379,13 @@ def export(path: str, run: Run, params: Any) -> str:
     """Writes the policy and its tokenizer as a Hugging Face directory."""
     import shutil
 
-    models.save_pretrained(path, run.model_config, params)
+    models.save_pretrained(path, run.model_config, params)  # gathers; process 0 writes
+    if not multihost.is_primary():
+        multihost.sync(f"export {path}")
+        return path
     for name in os.listdir(run.tokenizer_dir):
         src = os.path.join(run.tokenizer_dir, name)
         if os.path.isfile(src) and not os.path.exists(os.path.join(path, name)):
             shutil.copy(src, path)
+    multihost.sync(f"export {path}")
     return path

@@ -40,6 +40,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from models import multihost
+
 FORMAT = 1
 TMP_MARKER = ".orbax-checkpoint-tmp"
 # Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
@@ -47,7 +49,7 @@ TMP_MARKER = ".orbax-checkpoint-tmp"
 RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export_every",
              "train.tensorboard", "train.plot", "eval.batch_prompts", "sft.steps",
              "sft.eval_every", "mesh.", "checkpoint.", "fault.", "compilation_cache",
-             "cpu_xla_flags")
+             "rl.reference.offload", "cpu_xla_flags")
 
 
 class CheckpointError(Exception):
@@ -111,7 +113,7 @@ _checksums = jax.jit(lambda tree: [_leaf_checksum(x) for x in jax.tree.leaves(tr
 
 def checksums(tree: Any) -> list[int]:
     """One uint32 per array leaf of `storable(tree)`: detects any changed bit."""
-    return [int(c) for c in jax.device_get(_checksums(storable(tree)))]
+    return [int(c) for c in multihost.to_host(_checksums(storable(tree)))]
 
 
 # -- configs ----------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ the checkpoint section (fault injection: `rl.faults.check`).
 
 from __future__ import annotations
 
+import jax
+
 from rl.algorithm import Algorithm
 from sampling import SamplingParams
 
@@ -111,6 +113,11 @@ def check_train(cfg, alg: Algorithm, sp: SamplingParams, samples: int) -> None:
         raise ValueError(f"train.minibatches={train.minibatches} does not divide "
                          f"train.prompts_per_step={train.prompts_per_step}: minibatches are "
                          "whole prompt groups (a group's samples share its prompt's forward)")
+    processes = jax.process_count()
+    if train.prompts_per_step % processes:
+        raise ValueError(f"train.prompts_per_step={train.prompts_per_step} does not split over "
+                         f"the run's {processes} processes (each reads an equal share of the "
+                         "prompts): use a multiple of the process count")
     if samples < 2 and alg.advantage in ("grpo", "dapo", "dr_grpo", "rloo", "mc_grpo"):
         raise ValueError(f"advantage {alg.advantage} compares samples of a prompt: "
                          f"sampling.n must be >= 2")

@@ -40,8 +40,7 @@ import jax
 import numpy as np
 
 from rl import april, evaluation, selectors
-from rl.data.sources import batches
-from rl.data.tasks import Example
+from rl.data.sources import example_from_json, process_batches
 from rl.groups import Groups, all_alike, finish_rewards
 
 MAX_BOTS_TASKS = 200_000  # BOTS keeps two floats per task in every checkpoint
@@ -87,7 +86,7 @@ class Collector:
     def __init__(self, run, sample: Callable, selector: selectors.Uniform):
         cfg = run.cfg
         self.run, self.sample, self.selector = run, sample, selector
-        self.data = batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
+        self.data = process_batches(run.train_source, cfg.train.prompts_per_step, seed=cfg.seed)
         self.selector_state = selector.init_state()
         self.group_size = run.samples_per_prompt
         self.april = bool(cfg.rollout.april)
@@ -117,9 +116,7 @@ class Collector:
         if self.april:
             self.carry = (april.state_from_json(host["april"]) if "april" in host
                           else april.Carry(self.run.completion_len))
-            self.waiting = [Example(**{**ex, "pass_rates": tuple(ex["pass_rates"])
-                                       if ex.get("pass_rates") else None})
-                            for ex in host.get("april_waiting", [])]
+            self.waiting = [example_from_json(ex) for ex in host.get("april_waiting", [])]
 
     # -- one step ---------------------------------------------------------------------------
     def _examples(self, step: int, round_: int) -> tuple[list, np.ndarray | None]:

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 import sampling
+from models import multihost
 from rl import rewards as rewards_lib
 from rl.build import Run
 
@@ -31,23 +32,49 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def completion_texts(tokenizer, rollouts) -> list[str]:
-    return [tokenizer.decode(rollouts.completion(r)) for r in range(len(rollouts))]
-
-
-def submit_rollouts(run: Run, rollouts, references: Sequence
-                    ) -> rewards_lib.spec.PendingRewards:
+def submit_rollouts(run: Run, rollouts, references: Sequence):
     """Starts scoring each rollout row against its prompt's reference (`.result()`:
-    `rl.rewards.Rewards` over the R rows)."""
-    texts = completion_texts(run.tokenizer, rollouts)
-    refs = [references[int(i)] for i in rollouts.prompt_index]
-    return run.algorithm.reward.submit(texts, refs)
+    `rl.rewards.Rewards` over the R rows). With several processes each scores the
+    rows it owns (`models.multihost.local_rows`) and `.result()` joins them."""
+    rows = multihost.local_rows(len(rollouts))
+    texts = [run.tokenizer.decode(rollouts.completion(r)) for r in rows]
+    refs = [references[int(rollouts.prompt_index[r])] for r in rows]
+    pending = run.algorithm.reward.submit(texts, refs)
+    return pending if multihost.process_count() == 1 else JoinedRewards(pending)
+
+
+class JoinedRewards:
+    """Every process's `Rewards` over its rows, joined in process order by `result()`
+    (a collective: every process calls it for the same batch)."""
+
+    def __init__(self, local):
+        self.local, self._result = local, None
+
+    def result(self) -> rewards_lib.Rewards:
+        if self._result is None:
+            mine = self.local.result()
+            blocks = multihost.allgather_json([{
+                "total": mine.total.tolist(), "correct": mine.correct.tolist(),
+                "parts": {k: v.tolist() for k, v in mine.parts.items()},
+                "timeouts": mine.timeouts, "crashes": mine.crashes}])
+            blocks = [b[0] for b in blocks]
+
+            def join(get, dtype):
+                return np.concatenate([np.asarray(get(b), dtype) for b in blocks])
+
+            self._result = rewards_lib.Rewards(
+                join(lambda b: b["total"], np.float32),
+                {k: join(lambda b, k=k: b["parts"][k], np.float32) for k in mine.parts},
+                join(lambda b: b["correct"], bool), sum(b["timeouts"] for b in blocks),
+                sum(b["crashes"] for b in blocks))
+        return self._result
 
 
 def _generate(run: Run, params, prompts, n, sp, rng):
     s = run.cfg.sampling
     return sampling.generate(run.model_config, params, prompts, n, sp, rng,
-                             page_size=s.page_size, segment_len=s.segment_len)
+                             page_size=s.page_size, segment_len=s.segment_len,
+                             sharding=run.act)
 
 
 def evaluate(run: Run, params, rng: jax.Array, *, size: int | None = None) -> dict[str, float]:

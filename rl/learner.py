@@ -44,9 +44,11 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 import models
+from models import multihost
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from rl import kl as kl_lib
@@ -219,7 +221,7 @@ def on_mesh(tree: Any, act: ActivationSharding | None) -> Any:
         return tree
     replicated = jax.sharding.NamedSharding(act.mesh, jax.sharding.PartitionSpec())
     return jax.tree.map(lambda x: x if isinstance(x.sharding, jax.sharding.NamedSharding)
-                        else jax.device_put(x, replicated), tree)
+                        else multihost.put(x, replicated), tree)
 
 
 def batch_sharding(act: ActivationSharding, batch: Mapping[str, Any]) -> dict[str, Any]:
@@ -271,7 +273,20 @@ class Learner:
     def init_state(self, params: Any, rng: jax.Array) -> TrainState:
         """A TrainState; the optimizer state inherits the params' shardings and the
         other leaves are replicated on the mesh (`on_mesh`: no recompile at step 2)."""
-        opt_state = jax.jit(self.optimizer.init)(params)
+        init = jax.jit(self.optimizer.init)
+        named = [isinstance(x.sharding, jax.sharding.NamedSharding)
+                 for x in jax.tree.leaves(params)]
+        if self.sharding is not None and all(named):
+            # written straight into the params' shards: optax builds mu/nu from zeros,
+            # which carry no sharding of their own (they would come out whole per device)
+            replicated = jax.sharding.NamedSharding(self.sharding.mesh,
+                                                    jax.sharding.PartitionSpec())
+            shardings = optax.tree_map_params(
+                self.optimizer, lambda _, p: p.sharding,
+                jax.eval_shape(self.optimizer.init, params), params,
+                transform_non_params=lambda _: replicated)
+            init = jax.jit(self.optimizer.init, out_shardings=shardings)
+        opt_state = init(params)
         return on_mesh(TrainState(params, opt_state, jnp.zeros((), jnp.int32), rng),
                        self.sharding)
 
@@ -283,10 +298,10 @@ class Learner:
     def place_arrays(self, arrays: Mapping[str, Any]) -> dict[str, jax.Array]:
         """Puts any dict of [rows, ...] arrays on the mesh like `place`, unchecked (for
         `score`, which reads only prompts, prompt_lens and completion)."""
-        arrays = {k: jnp.asarray(v) for k, v in arrays.items()}
         if self.sharding is None:
-            return arrays
-        return jax.device_put(arrays, batch_sharding(self.sharding, arrays))
+            return {k: jnp.asarray(v) for k, v in arrays.items()}
+        arrays = {k: v if isinstance(v, jax.Array) else np.asarray(v) for k, v in arrays.items()}
+        return multihost.put(arrays, batch_sharding(self.sharding, arrays))
 
     def _logprobs(self, params, batch) -> tuple[jax.Array, jax.Array]:
         """(logp [N, C], entropy [N, C]) of the batch's completions under `params`;

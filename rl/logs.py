@@ -12,6 +12,9 @@ is a pure function of the config and seed (`TIMING_PREFIXES`), which the
 determinism test relies on. TensorBoard files are written with
 `tensorboard.summary.Writer`, which needs no TensorFlow.
 
+With several processes (JAX's multi-controller runtime) only process 0
+writes files and the console; the others keep their records in memory.
+
 Resuming (`rewind(step)`): metrics.jsonl keeps its lines up to `step` (and
 its event lines) and drops the rest; the TensorBoard directory is rewritten from those lines, so
 TensorBoard never sees a step twice or out of order.
@@ -27,7 +30,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from models import extras
+from models import extras, multihost
 
 TIMING_PREFIXES = ("time/", "perf/")
 CONSOLE_KEYS = (("reward/mean", "reward"), ("accuracy", "acc"), ("heldout/accuracy", "heldout"),
@@ -46,10 +49,16 @@ def _number(value) -> float | int | None:
 
 
 class RunLog:
-    """Appends step metrics to DIR/metrics.jsonl and DIR/tensorboard, prints progress."""
+    """Appends step metrics to DIR/metrics.jsonl and DIR/tensorboard, prints progress
+    (in process 0; `primary` False keeps the records in memory and writes nothing)."""
 
     def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
-                 stream=None, name: str = "train", every: int = 1):
+                 stream=None, name: str = "train", every: int = 1,
+                 primary: bool | None = None):
+        self.primary = multihost.is_primary() if primary is None else primary
+        self.memory: list[dict] | None = None if self.primary else []
+        if not self.primary:
+            tensorboard = False
         os.makedirs(workdir, exist_ok=True)
         self.summary = None
         if tensorboard:  # first, so a missing package fails before any file is opened
@@ -71,6 +80,9 @@ class RunLog:
         empties them for a fresh run."""
         self._close_files()
         kept = [r for r in self.records() if r["step"] <= step or "event" in r]
+        if self.memory is not None:
+            self.memory = kept
+            return
         with open(self.path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
         self.file = open(self.path, "a")  # noqa: SIM115 - open for the run
@@ -86,6 +98,8 @@ class RunLog:
 
     def records(self) -> list[dict]:
         """The lines of metrics.jsonl so far (metrics and events)."""
+        if self.memory is not None:
+            return list(self.memory)
         return read(self.path) if os.path.exists(self.path) else []
 
     def record(self, step: int) -> dict:
@@ -101,11 +115,14 @@ class RunLog:
                 self.writer.add_scalar(key, value, step=int(record["step"]))
 
     def write(self, step: int, metrics: Mapping[str, object], *, console: bool = True) -> None:
-        if self.file is None:
+        if self.file is None and self.memory is None:
             self.start_over()
         record = {"step": int(step)}
         for key, value in sorted(metrics.items()):
             record[key] = _number(value)
+        if self.memory is not None:
+            self.memory.append(record)
+            return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.writer is not None:
@@ -135,9 +152,13 @@ class RunLog:
     def event(self, step: int, kind: str, **fields) -> None:
         """A non-metric line `{"step", "event": kind, ...}` in metrics.jsonl (not in
         TensorBoard, whose steps must only go forward)."""
-        if self.file is None:
+        if self.file is None and self.memory is None:
             self.start_over()
-        self.file.write(json.dumps({"step": int(step), "event": kind, **fields}) + "\n")
+        line = {"step": int(step), "event": kind, **fields}
+        if self.memory is not None:
+            self.memory.append(line)
+            return
+        self.file.write(json.dumps(line) + "\n")
         self.file.flush()
 
     def _close_files(self) -> None:

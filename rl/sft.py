@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
+from models import multihost
 from rl import build, evaluation, ops
 from rl import learner as learner_lib
 from rl.batch import assemble
@@ -115,10 +115,10 @@ class SFTJob:
         start = time.perf_counter()
         host = examples_to_batch(run, next(self.data), run.completion_len)
         self.faults.after_rollout(step)
-        batch = jax.device_put({k: jnp.asarray(v) for k, v in host.items()},
-                               learner_lib.batch_sharding(run.act, host))
+        batch = multihost.put({k: np.asarray(v) for k, v in host.items()},
+                              learner_lib.batch_sharding(run.act, host))
         self.params, self.opt_state, out = self.step_fn(self.params, self.opt_state, batch)
-        metrics = {k: float(v) for k, v in jax.device_get(out).items()}
+        metrics = {k: float(v) for k, v in multihost.to_host(out).items()}
         metrics["lr"] = float(self.schedule(step - 1))
         metrics["time/step"] = time.perf_counter() - start
         return metrics

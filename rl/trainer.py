@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import sampling
+from models.multihost import to_host
 from rl import advantages as adv_lib
 from rl import checkpoint, evaluation, loop
 from rl import kl as kl_lib
@@ -56,6 +57,11 @@ from rl.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
 ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
+
+
+def in_memory(tree: Any, kind: str) -> Any:
+    """`tree` with the same shardings in memory `kind` ("pinned_host" or "device")."""
+    return jax.tree.map(lambda x: jax.device_put(x, x.sharding.with_memory_kind(kind)), tree)
 
 
 def optimizer_for(cfg) -> Any:
@@ -80,6 +86,9 @@ class Trainer:
         # a resume rebuilds the reference from the config: this checks it is the same one
         self.ref_checksum = (checkpoint.checksums(self.ref_params)
                              if self.ref_params is not None else None)
+        self.offload = bool(cfg.rl.reference.offload) and self.ref_params is not None
+        if self.offload:  # rl.reference.offload: in host memory between uses
+            self.ref_params = in_memory(self.ref_params, "pinned_host")
         self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
         self.collector = Collector(run, self._sample, run.selector)
         self.samples = run.samples_per_prompt
@@ -138,10 +147,17 @@ class Trainer:
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, self.state.params, prompts,
                                           run.tree, run.sampling_params, rng,
-                                          decode=run.tokenizer.decode)
+                                          decode=run.tokenizer.decode, sharding=run.act)
         return sampling.generate(run.model_config, self.state.params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
-                                 segment_len=s.segment_len, **flat)
+                                 segment_len=s.segment_len, sharding=run.act, **flat)
+
+    def reference(self):
+        """The reference params on the devices (None without a reference): a fresh device
+        copy of the host-memory ones with `rl.reference.offload`."""
+        if not self.offload:
+            return self.ref_params
+        return in_memory(self.ref_params, "device")
 
     # -- advantages ---------------------------------------------------------------------------
     def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths, step,
@@ -205,10 +221,9 @@ class Trainer:
             paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
             for i, row in enumerate(groups.paths):
                 paths[i, :len(row)] = row
-        out = self._advantages(rewards, gids, seqs.valid, seqs.mask, np.asarray(old_logp),
-                               np.asarray(ref_logp), paths, np.int32(step), divergence,
-                               keep_rows)
-        return tuple(np.asarray(x) for x in out)
+        out = self._advantages(rewards, gids, seqs.valid, seqs.mask, old_logp, ref_logp,
+                               paths, np.int32(step), divergence, keep_rows)
+        return to_host(out)
 
     def shape_rewards(self, groups: Groups) -> dict[str, float]:
         """Adds DAPO's soft overlong penalty to the kept rewards (correctness unchanged);
@@ -236,7 +251,7 @@ class Trainer:
                if (tokens & grad_mask).any() else 0.0,
                "reweight/zeroed_frac": float(np.mean((weight == 0)[tokens]))}
         if divergence is not None:
-            out["reweight/js_mean"] = float(np.asarray(divergence)[tokens].mean())
+            out["reweight/js_mean"] = float(to_host(divergence)[tokens].mean())
         return out
 
     # -- warnings -----------------------------------------------------------------------------
@@ -288,16 +303,18 @@ class Trainer:
         # workers finish; np.asarray below waits for the device
         old_logp = (self.learner.score(self.state.params, sequences)[0]
                     if self.run_.old_logp == "recompute" else seqs.sampler_logp)
-        ref_logp = (self.learner.score(self.ref_params, sequences)[0]
-                    if self.ref_params is not None else None)
-        divergence = (self.learner.js(self.state.params, self.ref_params, sequences)
+        reference = self.reference()
+        ref_logp = (self.learner.score(reference, sequences)[0]
+                    if reference is not None else None)
+        divergence = (self.learner.js(self.state.params, reference, sequences)
                       if self.uses_js else None)
+        del reference  # an offloaded reference's device copy is freed once these ran
         t_wait = time.perf_counter()
         finish_rewards()
         t_rewards = time.perf_counter()
         shaping = self.shape_rewards(groups)
-        old_logp = np.asarray(old_logp)
-        ref_logp = np.zeros_like(old_logp) if ref_logp is None else np.asarray(ref_logp)
+        old_logp = to_host(old_logp)  # gathered from every process (a collective)
+        ref_logp = np.zeros_like(old_logp) if ref_logp is None else to_host(ref_logp)
         t2 = time.perf_counter()
         adv, grad_mask, weight = self.advantages(groups, seqs, old_logp, ref_logp, step=step,
                                                  divergence=divergence)
@@ -310,7 +327,7 @@ class Trainer:
         batch = sequences | self.learner.place_arrays(update)
         learner_lib.check_batch(batch)
         self.state, learner_metrics = self.learner.train_step(self.state, batch)
-        learner_metrics = jax.device_get(learner_metrics)
+        learner_metrics = to_host(learner_metrics)
         t3 = time.perf_counter()
 
         real = np.asarray(groups.valid, bool)  # DARS pads its groups with invalid rows

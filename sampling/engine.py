@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import paged_attention
+from models import multihost, paged_attention
 from models.config import ModelConfig
 from models.paged_attention import PageRows
 from models.sharding import ActivationSharding
@@ -179,7 +179,7 @@ def decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, r
     if attention not in ATTENTION:
         raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
     return _decode_program(config, params, cache, state, rng, np.int32(call), limit, sampling,
-                           steps, stop_ids, attention)
+                           steps, stop_ids, attention, sharding)
 
 
 def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, rng: jax.Array,
@@ -370,4 +370,6 @@ def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:
 
 
 def as_numpy(tree):
-    return jax.tree.map(np.asarray, tree)
+    """Host copies of a call's outputs, gathered from every process when the rows are
+    split over several (`models.multihost.to_host`)."""
+    return multihost.to_host(tree)

@@ -174,7 +174,7 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     pool = PagePool(1 + rows_b * (prompt_pages + per_prompt * tree.max_depth * seg_pages))
     prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
         config, params, pool, prompts, ps, sharding=sharding)
-    hidden = np.asarray(hidden)
+    hidden = engine.as_numpy(hidden)
 
     def spawn(prompt: int, base: Node | None) -> Node:
         """A new child of `base` (None = the prompt): it shares the path's pages."""
@@ -235,7 +235,7 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
         out, end_hidden, cache = engine.decode(
             config, params, cache, state, rng, stats["rounds"],
             np.int32(seg), sp, seg, stop_ids, attention, sharding)
-        out, end_hidden = engine.as_numpy(out), np.asarray(end_hidden)
+        out, end_hidden = engine.as_numpy((out, end_hidden))
         stats["rounds"] += 1
         stats["decode_steps"] += int(out.steps)
         stats["decode_row_steps"] += int(out.steps) * rows

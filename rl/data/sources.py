@@ -20,6 +20,7 @@ with a null or empty answer raises `DataError` when it is read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import string
@@ -28,7 +29,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from models import extras
+from models import extras, multihost
 from rl.data.tasks import Example, Task
 
 
@@ -235,19 +236,78 @@ class TfdsSource:
 
 
 def batches(source, batch_size: int, *, seed: int, shuffle: bool = True,
-            num_epochs: int | None = None):
+            num_epochs: int | None = None, shard=None):
     """A grain iterator of `list[Example]` batches; `get_state`/`set_state` resume it.
 
     Shuffling is a fresh permutation per epoch (grain's index shuffle);
     `num_epochs=None` repeats forever. The last partial batch of a finite
     run is kept.
+
+    `shard` (a `grain.sharding.ShardOptions`, e.g. `ShardByJaxProcess()`): this
+    process reads only its part of each batch, `batch_size / shard_count`
+    examples: the shard_index-th contiguous block of the same global batch, so the
+    blocks of every process, joined in process order, are the unsharded batch
+    (`rl.collect` joins them). batch_size must be a multiple of shard_count.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    count = shard.shard_count if shard is not None else 1
+    if batch_size % count:
+        raise ValueError(f"a batch of {batch_size} does not split over {count} processes: "
+                         "use a multiple of the process count")
     dataset = grain.MapDataset.source(source)
     if shuffle:
         dataset = dataset.shuffle(seed=seed)
-    if num_epochs is None:  # "forever": grain's infinite length overflows len() in places
+    finite = num_epochs is not None
+    if not finite:  # "forever": grain's infinite length overflows len() in places
         num_epochs = max(1, 2**40 // len(source))
-    dataset = dataset.repeat(num_epochs).batch(batch_size, batch_fn=list)
+    dataset = dataset.repeat(num_epochs)
+    if count > 1:
+        if finite and (len(source) * num_epochs) % batch_size:
+            raise ValueError("a sharded finite run needs whole batches: the examples "
+                             f"({len(source)} × {num_epochs} epochs) are not a multiple of "
+                             f"{batch_size}")
+        dataset = dataset.batch(batch_size // count, batch_fn=list)[shard.shard_index::count]
+    else:
+        dataset = dataset.batch(batch_size, batch_fn=list)
     return iter(dataset.to_iter_dataset())
+
+
+def example_from_json(row: dict) -> Example:
+    """An `Example` back from `dataclasses.asdict` after a JSON round trip."""
+    rates = row.get("pass_rates")
+    return Example(**{**row, "pass_rates": tuple(rates) if rates else None})
+
+
+class JoinedBatches:
+    """The global batches of a per-process `batches(..., shard=...)` iterator: every
+    `next` reads this process's block and joins all processes' blocks in process
+    order (`models.multihost.allgather_json`), so each process drives the same
+    sampling program with the same prompts. Resumable like the iterator it wraps
+    (its position is the same in every process)."""
+
+    def __init__(self, local):
+        self.local = local
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[Example]:
+        mine = [dataclasses.asdict(ex) for ex in next(self.local)]
+        return [example_from_json(row) for block in multihost.allgather_json(mine)
+                for row in block]
+
+    def get_state(self) -> dict:
+        return self.local.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.local.set_state(state)
+
+
+def process_batches(source, batch_size: int, *, seed: int):
+    """`batches` of the whole run: read per process with grain's `ShardByJaxProcess`
+    and joined when the run has several processes, plain `batches` otherwise."""
+    if multihost.process_count() == 1:
+        return batches(source, batch_size, seed=seed)
+    return JoinedBatches(batches(source, batch_size, seed=seed,
+                                 shard=grain.sharding.ShardByJaxProcess()))

@@ -39,3 +39,19 @@ def test_smoke_runs_end_to_end():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "hugging face export round trip: exact" in result.stdout
     assert result.stdout.strip().endswith("smoke: ok")
+
+
+@pytest.mark.parametrize("env,found", [
+    ({}, None),
+    ({"SLURM_NTASKS": "1", "SLURM_STEP_ID": "0"}, None),      # one task: one process
+    ({"SLURM_NTASKS": "4"}, None),                            # sbatch's shell, not a step
+    ({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"}, "SLURM"),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, "Open MPI"),
+    ({"TPU_WORKER_HOSTNAMES": "w-0"}, None),
+    ({"TPU_WORKER_HOSTNAMES": "w-0,w-1"}, "TPU pod"),
+    ({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, "JAX_COORDINATOR_ADDRESS"),
+    ({"RLVR_DISTRIBUTED": "1"}, "RLVR_DISTRIBUTED"),
+])
+def test_cluster_environment_is_read_from_the_launchers_variables(env, found):
+    from launch.common import cluster_environment
+    assert cluster_environment(env) == found

@@ -131,3 +131,16 @@ def test_sft_then_train_then_evaluate_end_to_end(tmp_path):
                  f"--output={tmp_path / 'eval.json'}", timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "heldout/pass@2:" in ev.stdout and os.path.exists(tmp_path / "eval.json")
+
+
+def test_a_run_that_cannot_fit_prints_its_plan_and_is_refused_before_compute(tmp_path):
+    """An 8B model in fp32 on one CPU device: the plan is printed, then one line names the
+    largest term and the setting that shrinks it (exit 2, no parameters built)."""
+    result = _launch("launch.train", "--config=configs/base.py:llama3.1-8b",
+                     f"--workdir={tmp_path / 'run'}")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "does NOT fit" in result.stdout and "activations" in result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the step needs ") and "the largest term is activations" in last
+    assert "model.remat=full" in last and "Traceback" not in result.stderr
+    assert not os.path.exists(tmp_path / "run" / "config.json")

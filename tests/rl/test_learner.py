@@ -228,21 +228,31 @@ def test_policy_moves_toward_positive_advantage():
     assert delta[0] > 0 and delta[2] > 0 and delta[1] < 0 and delta[3] < 0
 
 
-def test_mesh_2x2x2_matches_one_device():
+_ONE_DEVICE: list = []
+
+
+def _train_on_mesh(shape):
+    """(params, metrics) after one train step (2 epochs × 2 minibatches) on `shape`."""
     alg = make_algorithm(**{"loss.eps_high": 0.28})
     params = models.init(CONFIG, jax.random.key(5))
+    mesh = sharding.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    opt = learner_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
+    learner = learner_lib.Learner(CONFIG, alg, opt, act, minibatches=2, epochs=2)
+    placed = sharding.shard_params(params, CONFIG, mesh)
+    state = learner.init_state(placed, jax.random.key(6))
+    state, metrics = learner.train_step(state, learner.place(make_batch(n=16, seed=3)))
+    return jax.device_get(state.params), jax.device_get(metrics)
+
+
+# data parallel, FSDP, tensor parallel and all three
+@pytest.mark.parametrize("shape", [(8, 1, 1), (1, 8, 1), (1, 1, 2), (2, 2, 2)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_sharded_train_step_matches_one_device(shape):
+    if not _ONE_DEVICE:
+        _ONE_DEVICE.append(_train_on_mesh((1, 1, 1)))
+    (p1, m1), (p8, m8) = _ONE_DEVICE[0], _train_on_mesh(shape)
     batch = make_batch(n=16, seed=3)
-    results = []
-    for shape in [(1, 1, 1), (2, 2, 2)]:
-        mesh = sharding.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])
-        act = sharding.ActivationSharding(mesh, sharding.make_rules())
-        opt = learner_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
-        learner = learner_lib.Learner(CONFIG, alg, opt, act, minibatches=2, epochs=2)
-        placed = sharding.shard_params(jax.tree.map(jnp.copy, params), CONFIG, mesh)
-        state = learner.init_state(placed, jax.random.key(6))
-        state, metrics = learner.train_step(state, learner.place(batch))
-        results.append((jax.device_get(state.params), jax.device_get(metrics)))
-    (p1, m1), (p8, m8) = results
     # sharded sums run in another order; longest: mlp, vocab or the batch's tokens
     n = max(CONFIG.mlp_dim, CONFIG.vocab_size, batch["prompts"].size + batch["completion"].size)
     np.testing.assert_allclose(m8["loss"], m1["loss"], atol=fp32_atol(m1["loss"], n), rtol=0)
@@ -287,3 +297,19 @@ def test_second_train_step_reuses_the_first_compile():
     for _ in range(3):
         state, _ = learner.train_step(state, learner.place(make_batch()))
     assert compiles.count("jit(_train_step)") == 1
+
+
+def test_optimizer_state_starts_in_the_params_shards():
+    """mu/nu are written into the params' shards at init, not whole on every device (the
+    first step would need 2 × params more per device, and step 2 would recompile)."""
+    mesh = sharding.make_mesh((2, 2, 2))
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    params = sharding.init_sharded(CONFIG, jax.random.key(0), mesh)
+    opt = learner_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
+    state = learner_lib.Learner(CONFIG, make_algorithm(), opt, act).init_state(
+        params, jax.random.key(1))
+    adam = state.opt_state[1][0]
+    for moments in (adam.mu, adam.nu):
+        for m, p in zip(jax.tree.leaves(moments), jax.tree.leaves(params), strict=True):
+            assert m.sharding == p.sharding
+    assert adam.count.sharding.is_fully_replicated

@@ -348,3 +348,33 @@ def test_composite_reward_logs_each_verifier_and_uses_the_correct_one(tmp_path):
     expected = step["reward/format"] + 0.5 * step["reward/arithmetic"]
     assert step["reward/mean"] == pytest.approx(expected, rel=1e-6)
     assert step["accuracy"] == pytest.approx(step["reward/format"], rel=1e-6)
+
+
+def test_an_offloaded_reference_changes_nothing_but_where_it_lives(tmp_path):
+    # a digit anywhere: rewards vary within a group, so step 1 moves the policy
+    kl = {"rl.kl.coef": 0.05, "train.eval_every": 0, "rl.reward.name": "format",
+          "rl.reward.pattern": ".*[0-9].*"}
+    _, straight = train(small_config(**kl), tmp_path / "device")
+    cfg = small_config(**kl, **{"rl.reference.offload": True})
+    run = build.resolve(cfg, str(tmp_path / "host"))
+    trainer = Trainer(run, build.init_params(run), str(tmp_path / "host"), stream=io.StringIO())
+    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(trainer.ref_params)}
+    assert kinds == {"pinned_host"}
+    assert {x.sharding.memory_kind for x in jax.tree.leaves(trainer.reference())} == {"device"}
+    trainer.run()
+    offloaded = logs.read(str(tmp_path / "host" / "metrics.jsonl"))
+    assert logs.strip_timing(offloaded) == logs.strip_timing(straight)
+    assert offloaded[-1]["learner/kl"] > 0
+
+
+def test_a_run_log_of_another_process_writes_nothing(tmp_path):
+    log = logs.RunLog(str(tmp_path), 3, tensorboard=False, stream=io.StringIO(), primary=False)
+    log.start_over()
+    log.write(1, {"a": 1.0})
+    log.event(1, "rollback", cause="x")
+    log.write(2, {"a": 2.0})
+    log.rewind(1)
+    assert log.records() == [{"step": 1, "a": 1.0}, {"step": 1, "event": "rollback", "cause": "x"}]
+    assert log.record(1) == {"a": 1.0}
+    log.close()
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,99 @@
+"""Host-side views of device arrays that also work when the arrays span processes.
+
+With JAX's multi-controller runtime every process runs the same program on
+global arrays, and a process can only read the shards on its own devices:
+`np.asarray` fails on an array split over several processes. These helpers
+are what the sampler, the trainer and the entry points use instead:
+
+    host = to_host(tree)              # numpy copies of the whole (global) arrays
+    if is_primary(): write(...)       # one process writes files and the console
+    items = allgather_json(mine)      # every process's JSON-able list, in order
+    sync("exported")                  # a barrier (no-op in one process)
+
+In a single process each is the obvious thing (`np.asarray`, True, `[mine]`,
+nothing), so code written with them runs unchanged from one CPU to a pod.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def process_count() -> int:
+    return jax.process_count()
+
+
+def is_primary() -> bool:
+    """True in the process that writes logs, exports and the console (process 0)."""
+    return jax.process_index() == 0
+
+
+def _leaf_to_host(x):
+    if not isinstance(x, jax.Array):
+        return np.asarray(x)
+    if x.is_fully_addressable:
+        return np.asarray(x)
+    if x.is_fully_replicated:  # every process holds the whole array
+        return np.asarray(x.addressable_data(0))
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of every array in `tree`, gathered from all processes when an array
+    is split over several (`multihost_utils.process_allgather`). Every process must
+    call it with the same arrays (it is a collective when any array spans processes)."""
+    return jax.tree.map(_leaf_to_host, tree)
+
+
+def _leaf_put(x, sharding):
+    if jax.process_count() == 1 or isinstance(x, np.ndarray | np.generic):
+        return jax.device_put(x, sharding)
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed PRNG keys
+        data = _leaf_put(_leaf_to_host(jax.random.key_data(x)), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    return jax.device_put(_leaf_to_host(x), sharding)
+
+
+def put(tree: Any, shardings: Any) -> Any:
+    """`jax.device_put(tree, shardings)` that also works for shardings spanning several
+    processes: a value that lives on this process's devices (or in host memory, the
+    same in every process) goes through numpy, the form `device_put` accepts there."""
+    return jax.tree.map(_leaf_put, tree, shardings)
+
+
+def allgather_bytes(data: bytes) -> list[bytes]:
+    """Each process's `data`, in process order (a collective; `[data]` in one process)."""
+    if jax.process_count() == 1:
+        return [data]
+    from jax.experimental import multihost_utils
+    mine = np.frombuffer(data, np.uint8)
+    sizes = multihost_utils.process_allgather(np.array([mine.size], np.int64))
+    width = max(int(np.max(sizes)), 1)
+    padded = np.zeros(width, np.uint8)
+    padded[:mine.size] = mine
+    every = np.asarray(multihost_utils.process_allgather(padded)).reshape(-1, width)
+    return [bytes(row[:int(n)]) for row, n in zip(every, np.ravel(sizes), strict=True)]
+
+
+def allgather_json(items: list) -> list[list]:
+    """Each process's JSON-serialisable `items`, in process order."""
+    return [json.loads(b) for b in allgather_bytes(json.dumps(items).encode())]
+
+
+def sync(name: str) -> None:
+    """All processes wait here until each has reached `name` (no-op in one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+def local_rows(n: int) -> range:
+    """The rows of an `n`-row host batch this process owns: a contiguous block, process
+    p of P taking rows [p·n/P, (p+1)·n/P) (the remainder to the last ones)."""
+    p, count = jax.process_index(), jax.process_count()
+    return range(p * n // count, (p + 1) * n // count)

@@ -1,0 +1,142 @@
+"""Two processes × 4 CPU devices (JAX's multi-process runtime, CPU collectives over
+localhost) run `launch.train` exactly like one process × 8 devices.
+
+Each run is 3 steps of tests/launch/multiprocess_config.py on a data × fsdp × tensor
+= 2 × 2 × 2 mesh, so every sharded axis spans both processes: prompts are read per
+process and joined, rewards are scored per process and joined, host arrays are
+gathered, process 0 alone writes metrics, checkpoints go through Orbax's multi-host
+path and the final export is gathered. The two-process run's metrics and final
+parameters must equal the one-process run's: both compile the same 8-device
+program, and only the order of the cross-process sums (gloo's, XLA's) differs, so
+metrics agree to fp32 rounding of O(1) values and parameters to the bound the
+config's Adam eps puts on a rounding difference (multiprocess_config.py): 1e-5.
+A rerun with one more step resumes from the two processes' Orbax checkpoint.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from rl import logs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
+TOLERANCE = 1e-5
+
+pytestmark = pytest.mark.slow
+
+
+def _env(devices: int) -> dict:
+    return dict(os.environ, JAX_PLATFORMS="cpu",
+                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _command(variant: str, workdir) -> list[str]:
+    return [sys.executable, "-m", "launch.train", f"--config={CONFIG}:{variant}",
+            f"--workdir={workdir}"]
+
+
+def _check(result) -> None:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+
+def one_process(variant: str, workdir) -> subprocess.CompletedProcess:
+    result = subprocess.run(_command(variant, workdir), cwd=ROOT, env=_env(8),
+                            capture_output=True, text=True, timeout=600, check=False)
+    _check(result)
+    return result
+
+
+def two_processes(variant: str, workdir, *args: str) -> list[subprocess.CompletedProcess]:
+    """Both processes' results; when one fails the other is stopped at once (it would
+    wait in its next collective for the one that died)."""
+    port = _free_port()
+    logs_dir = workdir.parent / f"{workdir.name}-logs-{port}"
+    logs_dir.mkdir()
+    files = [(open(logs_dir / f"{i}.out", "w+"), open(logs_dir / f"{i}.err", "w+"))
+             for i in range(2)]
+    procs = [subprocess.Popen(
+        _command(variant, workdir) + [*args, f"--coordinator=localhost:{port}",
+                                      "--num_processes=2", f"--process_id={i}"],
+        cwd=ROOT, env=_env(4), stdout=out, stderr=err, text=True)
+        for i, (out, err) in enumerate(files)]
+    deadline = time.monotonic() + 600
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            break
+        time.sleep(0.5)
+    results = []
+    for proc, (out, err) in zip(procs, files, strict=True):
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(),
+                                                   err.read()))
+        out.close()
+        err.close()
+    # the process that failed first, not the one stopped because of it (-9)
+    for result in sorted(results, key=lambda r: r.returncode == -9):
+        _check(result)
+    return results
+
+
+@pytest.mark.parametrize("variant", ["flat", "tree"])
+def test_two_processes_equal_one(tmp_path, variant):
+    single, multi = tmp_path / "one", tmp_path / "two"
+    one_process(variant, single)
+    first, second = two_processes(variant, multi)
+
+    # process 0 alone writes the console and the files
+    assert "model: tiny" in first.stdout and "heldout_accuracy:" in first.stdout
+    assert second.stdout == ""
+    assert sorted(os.listdir(multi)) == sorted(os.listdir(single))
+    assert sorted(os.listdir(multi / "checkpoints")) == ["2", "3"]
+
+    a = logs.strip_timing(logs.read(single / "metrics.jsonl"))
+    b = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2, 3]
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for key, value in ra.items():
+            assert rb[key] == pytest.approx(value, abs=TOLERANCE, rel=0), (ra["step"], key)
+    assert any(r.get("reward/mean") for r in a[1:])  # the updates had something to learn
+    assert a[-1]["learner/kl"] > 0  # the reference model took part
+
+    pa = load_file(single / "final" / "model.safetensors")
+    pb = load_file(multi / "final" / "model.safetensors")
+    assert pa.keys() == pb.keys()
+    for key in pa:
+        np.testing.assert_allclose(pb[key], pa[key], atol=TOLERANCE, rtol=0, err_msg=key)
+    with open(multi / "final" / "config.json") as f:
+        assert json.load(f)["num_hidden_layers"] == 1
+    if variant == "flat":  # resumed from the multi-host checkpoint of step 3
+        first, _ = two_processes(variant, multi, "--config.train.steps=4")
+        assert "resumed from checkpoint step 3" in first.stdout, first.stdout
+        resumed = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
+        assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4] and resumed[:4] == b
+        assert sorted(os.listdir(multi / "checkpoints")) == ["2", "3", "4"]
+
+
+def test_explicit_flags_are_checked_before_compute(tmp_path):
+    result = subprocess.run(_command("flat", tmp_path / "run") + ["--num_processes=2"],
+                            cwd=ROOT, env=_env(4), capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --coordinator, --process_id missing: a multi-process run needs "
+        "--coordinator, --num_processes and --process_id together")
