@@ -113,6 +113,7 @@ def finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
         "sampled/all_zero": int(not np.any(total)),
         "sampled/response_length_max": longest,
         "generated_tokens": gen_tokens,
+        "sampled/rows": sum(len(rollouts) for rollouts, *_ in sampled),
         "reward/timeouts": sum(res.timeouts for res in results),
         "reward/crashes": sum(res.crashes for res in results)})
     stats.update({f"reward/{name}": float(np.concatenate(

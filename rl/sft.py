@@ -184,6 +184,8 @@ def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any
         return params, summary, True
     params, summary = train(run, params, workdir, stream=stream)
     build.export(path, run, params)
-    with open(os.path.join(path, WARM_START_FILE), "w") as f:
-        json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
+    if multihost.is_primary():
+        with open(os.path.join(path, WARM_START_FILE), "w") as f:
+            json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
+    multihost.sync("warm start written")
     return params, summary, False

@@ -1,0 +1,65 @@
+"""What the paper sweeps share: the demo's task and model, the schedule, the seeds, and
+arms written as the config keys they change.
+
+Every study starts from `configs/demo.py` (the `tiny` policy after its supervised
+warm start, two-number countdown, 16 prompts × 8 samples a step). The argument:
+  tiny   100 RL steps, held-out eval every 20: minutes per run on a 2-core CPU
+  (none) the demo's 300 steps, eval every 25
+An arm is a dict of config overrides (`variant(name)`: exactly the keys an algorithm
+variant of configs/variants.py changes), so `launch.sweep --dry_run` prints complete
+commands. Each arm runs once per seed in SEEDS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from configs import demo, variants
+from rl import sweeps
+
+SEEDS = (0, 1, 2)
+SCHEDULES = {"tiny": {"train.steps": 100, "train.eval_every": 20},
+             "": {"train.steps": 300, "train.eval_every": 25}}
+TARGET = 0.4  # held-out greedy accuracy (the warm start reaches ~0.2, the demo's run ~0.67)
+
+
+def get_config(arg: str | None = None):
+    """The demo config on the study's schedule (`tiny` or the demo's own)."""
+    arg = arg or ""
+    if arg not in SCHEDULES:
+        raise ValueError(f"unknown argument {arg!r}: use :tiny (CPU minutes per run) or none")
+    cfg = demo.get_config()
+    for key, value in SCHEDULES[arg].items():
+        section, name = key.split(".")
+        cfg[section][name] = value
+    cfg.train.plot = False  # the sweep plots every run's curves together
+    cfg.train.tensorboard = False
+    return cfg
+
+
+def flat(config, prefix: str = "") -> dict[str, Any]:
+    """{"a.b.c": value} for every leaf of a ConfigDict."""
+    out = {}
+    for key, value in config.items():
+        if hasattr(value, "items"):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changes(before, after) -> dict[str, Any]:
+    """The keys whose values differ between two configs (as `after` has them)."""
+    a, b = flat(before), flat(after)
+    return {k: v for k, v in b.items() if a.get(k) != v}
+
+
+def variant(name: str, base=None) -> dict[str, Any]:
+    """The overrides that turn the demo config into algorithm variant `name`."""
+    base = base if base is not None else demo.get_config()
+    return changes(base, variants.apply(base.copy_and_resolve_references(), name))
+
+
+def runs(arms: list[dict]) -> list[dict]:
+    """Each arm once per seed (rl.sweeps.with_seeds)."""
+    return sweeps.with_seeds(arms, SEEDS)

@@ -1,0 +1,282 @@
+"""Sweeps: a config file's `get_sweep(arg)` run by run, and the paper-style summary.
+
+A sweep file is a config file (`get_config(arg)`) that also defines
+`get_sweep(arg) -> list[dict]`: one dict per run, with
+
+    "name"   a short unique name (letters, digits, `_ . -`): the run's directory;
+    "group"  the arm it belongs to (default: its name); runs of one group are
+             aggregated (mean ± std), e.g. the seeds of one method;
+    any other key: a config override, "rl.loss.name": "ppo", "seed": 1, ...
+
+`with_seeds(arms, seeds)` expands arms into one run per seed (name
+`<arm>-s<seed>`, group `<arm>`, override `seed`). `launch.sweep` runs them;
+`summarize(workdir, runs)` writes DIR/results.csv (one row per run),
+DIR/results.md (mean ± std per group; only numbers that are a function of the
+config and seed, so an interrupted and resumed sweep writes the same file),
+DIR/timing.md (wall-clock per group) and DIR/curves.png (held-out accuracy and
+training reward per step, and held-out accuracy per rollout token, one curve
+per group: the mean over its runs).
+
+Per run, from DIR/runs/<name>/metrics.jsonl:
+  heldout_final / heldout_best   greedy held-out accuracy at the last eval / best eval
+  reward_last10                  mean training reward over the last 10 steps
+  steps_to_target                first eval step with held-out accuracy >= target
+                                 (empty when never reached)
+  rollout_tokens                 tokens decoded by the sampler over the run: the tree's
+                                 shared prefixes once (`tree/shared_token_frac`), APRIL's
+                                 partial samples as decoded (`april/decoded_tokens`)
+  tokens_to_target               rollout tokens spent up to steps_to_target
+  rollouts                       completions sampled (`sampled/rows`: DARS's extras,
+                                 dynamic sampling's extra rounds, the tree's leaves)
+  wall_s, wall_to_target_s       sum of `time/step` (+ `time/eval`), to the end / target
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from models import extras
+from rl import logs
+
+NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+RESERVED = ("name", "group")
+DETERMINISTIC = ("heldout_final", "heldout_best", "reward_last10", "steps_to_target",
+                 "rollout_tokens", "tokens_to_target", "rollouts")
+TIMING = ("wall_s", "wall_to_target_s")
+
+
+class SweepError(ValueError):
+    """A sweep file or its runs are malformed (one-line message)."""
+
+
+def with_seeds(arms: Iterable[Mapping[str, Any]], seeds: Sequence[int]) -> list[dict]:
+    """One run per (arm, seed): name `<arm>-s<seed>`, group `<arm>`, override `seed`."""
+    return [{**arm, "name": f"{arm['name']}-s{seed}", "group": arm["name"], "seed": seed}
+            for arm in arms for seed in seeds]
+
+
+def load(spec: str) -> tuple[str, str, list[dict], float]:
+    """(path, arg, runs, target) of `path.py[:arg]`: its `get_sweep(arg)`, checked, and
+    its `TARGET` held-out accuracy (0.5 when it sets none)."""
+    path, _, arg = spec.partition(":")
+    if not os.path.exists(path):
+        raise SweepError(f"sweep file {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location("_sweep_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_sweep"):
+        raise SweepError(f"{path} defines no get_sweep(arg): it is a config, not a sweep")
+    runs = module.get_sweep(arg) if arg else module.get_sweep()
+    return path, arg, check(runs, path), float(getattr(module, "TARGET", 0.5))
+
+
+def check(runs: Any, where: str = "the sweep") -> list[dict]:
+    """The runs, each with a name and a group; raises SweepError naming the first
+    problem (no runs, a missing or repeated or unsafe name, a non-string key)."""
+    if not isinstance(runs, list) or not runs:
+        raise SweepError(f"{where}: get_sweep must return a non-empty list of dicts")
+    seen: set[str] = set()
+    out = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, Mapping) or not isinstance(run.get("name"), str):
+            raise SweepError(f"{where}: run {i} is not a dict with a string 'name'")
+        name = run["name"]
+        if not NAME.match(name):
+            raise SweepError(f"{where}: run name {name!r} may only hold letters, digits, _ . -")
+        if name in seen:
+            raise SweepError(f"{where}: two runs are named {name!r}")
+        seen.add(name)
+        bad = [k for k in run if not isinstance(k, str) or not k]
+        if bad:
+            raise SweepError(f"{where}: run {name!r} has a key that is not a config path: {bad}")
+        out.append({**run, "group": str(run.get("group", name))})
+    return out
+
+
+def check_keys(config, runs: list[dict]) -> None:
+    """Raises SweepError naming the first run whose override names no config key."""
+    for run in runs:
+        for key in overrides(run):
+            node = config
+            for i, part in enumerate(key.split(".")):
+                keys = list(node.keys()) if hasattr(node, "keys") else []
+                if part not in keys:
+                    where = ".".join(key.split(".")[:i]) or "the config"
+                    raise SweepError(f"run {run['name']!r}: config key {key!r} does not exist "
+                                     f"({where} has: {', '.join(sorted(keys)) or 'no keys'})")
+                node = node[part]
+
+
+def overrides(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in run.items() if k not in RESERVED}
+
+
+def flag_value(value: Any) -> str:
+    """A config override's value as `--config.key=VALUE` text that ml_collections parses
+    back to the same value."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def run_dir(workdir: str, run: Mapping[str, Any]) -> str:
+    return os.path.join(workdir, "runs", run["name"])
+
+
+# -- one run's numbers --------------------------------------------------------------------------
+def _decoded(record: Mapping[str, Any]) -> float:
+    if record.get("april/decoded_tokens") is not None:
+        return float(record["april/decoded_tokens"])
+    tokens = float(record.get("generated_tokens") or 0)
+    shared = record.get("tree/shared_token_frac")
+    return tokens * (1.0 - float(shared)) if shared is not None else tokens
+
+
+def run_numbers(records: list[dict], target: float) -> dict[str, Any]:
+    """The per-run numbers of the module docstring from metrics.jsonl's lines."""
+    steps = [r for r in logs.metric_records(records) if r["step"] > 0]
+    evals = [r for r in logs.metric_records(records) if r.get("heldout/accuracy") is not None]
+    out: dict[str, Any] = {"steps": steps[-1]["step"] if steps else 0}
+    out["heldout_final"] = evals[-1]["heldout/accuracy"] if evals else None
+    out["heldout_best"] = max(r["heldout/accuracy"] for r in evals) if evals else None
+    last = [r["reward/mean"] for r in steps[-10:] if r.get("reward/mean") is not None]
+    out["reward_last10"] = sum(last) / len(last) if last else None
+    reached = next((r["step"] for r in evals if r["heldout/accuracy"] >= target), None)
+    out["steps_to_target"] = reached
+    tokens = wall = 0.0
+    out["tokens_to_target"] = out["wall_to_target_s"] = None
+    if reached == 0:
+        out["tokens_to_target"] = out["wall_to_target_s"] = 0.0
+    for r in steps:
+        tokens += _decoded(r)
+        wall += float(r.get("time/step") or 0) + float(r.get("time/eval") or 0)
+        if reached is not None and r["step"] == reached:
+            out["tokens_to_target"], out["wall_to_target_s"] = tokens, wall
+    out["rollout_tokens"] = tokens
+    out["rollouts"] = sum(int(r.get("sampled/rows") or 0) for r in steps)
+    out["wall_s"] = wall
+    return out
+
+
+# -- the summary ---------------------------------------------------------------------------------
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof 1; 0 for a single value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _cell(values: list[Any], digits: int) -> str:
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return "–"
+    mean, std = _mean_std(got)
+    text = f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return text + (f" ({len(got)}/{len(values)})" if len(got) < len(values) else "")
+
+
+def _table(rows: list[dict], columns: Sequence[tuple[str, str, int]]) -> list[str]:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group"], []).append(row)
+    lines = ["| group | runs | " + " | ".join(title for _, title, _ in columns) + " |",
+             "| --- | ---: |" + " ---: |" * len(columns)]
+    for group, members in groups.items():
+        cells = [_cell([m[key] for m in members], digits) for key, _, digits in columns]
+        lines.append(f"| {group} | {len(members)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
+              plot: bool = True) -> list[str]:
+    """Writes DIR/results.csv, results.md, timing.md (and curves.png with `plot`) from
+    the finished runs among `runs`; returns the paths written."""
+    rows, series = [], {}
+    for run in runs:
+        path = os.path.join(run_dir(workdir, run), "metrics.jsonl")
+        if not os.path.exists(os.path.join(run_dir(workdir, run), "DONE")):
+            continue
+        records = logs.read(path)
+        rows.append({"name": run["name"], "group": run["group"],
+                     **run_numbers(records, target)})
+        series.setdefault(run["group"], []).append(logs.metric_records(records))
+    written = []
+    csv_path = os.path.join(workdir, "results.csv")
+    with open(csv_path, "w", newline="") as f:
+        fields = ["name", "group", "steps", *DETERMINISTIC, *TIMING]
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    written.append(csv_path)
+    head = [f"# {title or 'Sweep results'}", "",
+            f"{len(rows)} of {len(runs)} runs finished; mean ± sample std over each group's "
+            f"runs; (k/n): only k of n runs have the value. Target held-out accuracy: "
+            f"{target}.", ""]
+    results = head + _table(rows, [
+        ("heldout_final", "held-out acc (final)", 3), ("heldout_best", "held-out acc (best)", 3),
+        ("reward_last10", "train reward (last 10)", 3),
+        ("steps_to_target", f"steps to {target}", 1),
+        ("tokens_to_target", f"rollout tokens to {target}", 0),
+        ("rollout_tokens", "rollout tokens", 0), ("rollouts", "rollouts", 0)])
+    for name, lines in (("results.md", results), ("timing.md", head + _table(rows, [
+            ("wall_s", "wall s", 1), ("wall_to_target_s", f"wall s to {target}", 1)]))):
+        path = os.path.join(workdir, name)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        written.append(path)
+    if plot and rows:
+        written.append(plot_curves(os.path.join(workdir, "curves.png"), series, title))
+    return written
+
+
+def _mean_curve(runs: list[list[dict]], key: str, x_of) -> tuple[list[float], list[float]]:
+    """The mean over runs of `key` at each x the runs share (the first run's x)."""
+    points = [[(x_of(run, i), r[key]) for i, r in enumerate(run) if r.get(key) is not None]
+              for run in runs]
+    n = min(len(p) for p in points)
+    xs = [sum(p[i][0] for p in points) / len(points) for i in range(n)]
+    ys = [sum(p[i][1] for p in points) / len(points) for i in range(n)]
+    return xs, ys
+
+
+def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = "") -> str:
+    """DIR/curves.png: held-out accuracy and training reward per step, and held-out
+    accuracy per rollout token; one line per group (the mean over its runs)."""
+    matplotlib = extras.require("matplotlib", "plots", "the sweep's curves.png")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def step(run, i):
+        return run[i]["step"]
+
+    def tokens(run, i):
+        return sum(_decoded(r) for r in run[:i + 1] if r["step"] > 0)
+
+    panels = (("heldout/accuracy", step, "step", "held-out accuracy"),
+              ("reward/mean", step, "step", "training reward"),
+              ("heldout/accuracy", tokens, "rollout tokens", "held-out accuracy"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for ax, (key, x_of, xlabel, ylabel) in zip(axes, panels, strict=True):
+        for group, runs in series.items():
+            xs, ys = _mean_curve(runs, key, x_of)
+            ax.plot(xs, ys, label=group, marker="o" if key.startswith("heldout") else None,
+                    markersize=3)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

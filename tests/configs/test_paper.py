@@ -1,0 +1,44 @@
+"""configs/paper: every sweep file lists valid runs, and an arm is exactly its variant."""
+
+import os
+
+import pytest
+
+from configs import demo, variants
+from configs.paper import _study
+from launch.common import load_config_file
+from rl import sweeps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STUDIES = {"losses": 8, "sampling": 2, "selection": 5, "baseline": 6, "rollout": 2}
+
+
+@pytest.mark.parametrize("study,arms", STUDIES.items())
+@pytest.mark.parametrize("arg", ["tiny", ""])
+def test_each_study_lists_valid_runs(study, arms, arg):
+    spec = os.path.join(ROOT, "configs", "paper", f"{study}.py") + (f":{arg}" if arg else "")
+    _, _, runs, target = sweeps.load(spec)
+    assert len(runs) == arms * len(_study.SEEDS) and target == _study.TARGET
+    assert len({r["group"] for r in runs}) == arms
+    config = load_config_file(spec)
+    sweeps.check_keys(config, runs)  # every override names a config key
+    assert config.train.steps == (100 if arg == "tiny" else 300)
+
+
+@pytest.mark.parametrize("name", ["dapo", "nsr", "dars_b", "mc_grpo", "april", "bots"])
+def test_an_arm_is_exactly_its_variant(name):
+    arm = _study.variant(name)
+    config = demo.get_config()
+    for key, value in arm.items():
+        node = config
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    expected = variants.apply(demo.get_config(), name)
+    assert _study.flat(config) == _study.flat(expected)
+
+
+def test_a_bad_study_argument_is_named():
+    with pytest.raises(ValueError, match="unknown argument 'huge'"):
+        _study.get_config("huge")

@@ -1,0 +1,30 @@
+"""A 2-run × 2-step sweep for tests/launch/test_sweep.py.
+
+    python -m launch.sweep --config=tests/launch/sweep_config.py --workdir=DIR
+"""
+
+from configs import base
+from rl import sweeps
+from tests.rl.fault_config import very_small
+
+TARGET = 0.0  # every run reaches it at its first eval: the "to target" columns are filled
+
+
+def get_config(arg: str | None = None):
+    del arg
+    cfg = very_small(base.build("tiny"))
+    cfg.train.steps, cfg.train.eval_every = 2, 1
+    cfg.train.plot = cfg.train.tensorboard = False
+    cfg.rl.reward.name = "format"  # a digit anywhere: rewards vary within a group
+    cfg.rl.reward.pattern = ".*[0-9].*"
+    cfg.eval.batch_prompts = 8
+    cfg.checkpoint.every = 1
+    cfg.checkpoint.asynchronous = False  # a checkpoint is on disk when its step is logged
+    cfg.lock()
+    return cfg
+
+
+def get_sweep(arg: str | None = None):
+    del arg
+    return sweeps.with_seeds([{"name": "slow", "optim.lr": 1e-4},
+                              {"name": "fast", "optim.lr": 3e-3}], seeds=[7])

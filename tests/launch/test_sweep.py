@@ -1,0 +1,138 @@
+"""launch.sweep: runs a sweep file's runs, survives being killed, emits launch commands.
+
+Each run is 2 steps of tests/launch/sweep_config.py (the suite's very small model) in its
+own `launch.train` process.
+"""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rl import logs, sweeps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "tests", "launch", "sweep_config.py")
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def sweep(workdir, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
+                           f"--workdir={workdir}", *args], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def ok(result):
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_a_killed_sweep_reruns_only_unfinished_runs_and_ends_the_same(tmp_path):
+    straight = tmp_path / "straight"
+    out = ok(sweep(straight)).stdout
+    assert "2 runs, 0 finished (skipped), 2 to run" in out
+    results = (straight / "results.md").read_text()
+    assert "| slow | 1 |" in results and "| fast | 1 |" in results
+    rows = (straight / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("name,group,steps,heldout_final") and len(rows) == 3
+    assert (straight / "curves.png").stat().st_size > 0
+
+    # killed (SIGKILL, the sweep and its run) once the second run has a checkpoint
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
+                             f"--workdir={killed}"], cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = killed / "runs" / "fast-s7" / "checkpoints" / "1"
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for pid in [*_children(proc.pid), proc.pid]:
+        os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    assert (killed / "runs" / "slow-s7" / "DONE").exists()
+    assert not (killed / "runs" / "fast-s7" / "DONE").exists()
+    first_log = killed / "runs" / "slow-s7" / "metrics.jsonl"
+    before = first_log.stat().st_mtime_ns
+
+    out = ok(sweep(killed)).stdout
+    assert "2 runs, 1 finished (skipped), 1 to run" in out and "slow-s7" not in out
+    assert first_log.stat().st_mtime_ns == before  # the finished run was not touched
+    # resumed from its checkpoint (or, had it reached its end before the kill, found
+    # finished): either way the run is not started over
+    log = (killed / "runs" / "fast-s7" / "train.log").read_text()
+    assert "resumed from checkpoint step" in log or "is finished" in log, log[-3000:]
+    assert (killed / "results.md").read_text() == results
+
+
+def test_dry_run_prints_one_runnable_command_per_run(tmp_path):
+    result = ok(sweep(tmp_path / "sweep", "--dry_run"))
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(" -m launch.train " in line for line in lines)
+    assert "--config.optim.lr=0.003" in lines[1] and "--config.seed=7" in lines[1]
+    assert not (tmp_path / "sweep").exists()  # nothing ran, nothing was written
+    run = subprocess.run(shlex.split(lines[1]), cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "heldout_accuracy:" in run.stdout
+    records = logs.metric_records(logs.read(tmp_path / "sweep" / "runs" / "fast-s7" /
+                                            "metrics.jsonl"))
+    assert [r["step"] for r in records] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("runs,message", [
+    ([], "non-empty list"),
+    ([{"name": "a"}, {"name": "a"}], "two runs are named 'a'"),
+    ([{"name": "a b"}], "may only hold letters"),
+    ([{"optim.lr": 1.0}], "string 'name'"),
+])
+def test_malformed_sweeps_are_named(runs, message):
+    with pytest.raises(sweeps.SweepError, match=message):
+        sweeps.check(runs)
+
+
+def test_an_unknown_override_fails_in_one_line_before_any_run(tmp_path):
+    bad = tmp_path / "bad_sweep.py"
+    bad.write_text(open(CONFIG).read().replace('"optim.lr": 3e-3', '"optim.lrr": 3e-3'))
+    result = subprocess.run([sys.executable, "-m", "launch.sweep", f"--config={bad}",
+                             f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=_env(),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: run 'fast-s7': config key 'optim.lrr' does not exist (optim has: b1, b2, "
+        "end_lr_fraction, eps, grad_clip, lr, schedule, warmup_steps, weight_decay)")
+    assert not (tmp_path / "w").exists()
+
+
+def test_run_numbers_from_metrics():
+    records = [{"step": 0, "heldout/accuracy": 0.1},
+               {"step": 1, "reward/mean": 0.5, "generated_tokens": 100, "sampled/rows": 8,
+                "time/step": 2.0},
+               {"step": 1, "event": "rollback"},
+               {"step": 2, "reward/mean": 0.7, "generated_tokens": 100, "sampled/rows": 8,
+                "tree/shared_token_frac": 0.25, "time/step": 1.0, "time/eval": 0.5,
+                "heldout/accuracy": 0.6}]
+    got = sweeps.run_numbers(records, target=0.5)
+    assert got == {"steps": 2, "heldout_final": 0.6, "heldout_best": 0.6,
+                   "reward_last10": pytest.approx(0.6), "steps_to_target": 2,
+                   "tokens_to_target": 175.0, "wall_to_target_s": 3.5, "rollout_tokens": 175.0,
+                   "rollouts": 16, "wall_s": 3.5}
+    assert sweeps.run_numbers(records, target=0.9)["steps_to_target"] is None
