@@ -18,7 +18,9 @@ training reward per step, and held-out accuracy per rollout token, one curve
 per group: the mean over its runs).
 
 Per run, from DIR/runs/<name>/metrics.jsonl:
-  heldout_final / heldout_best   greedy held-out accuracy at the last eval / best eval
+  heldout_start / heldout_final / heldout_best   greedy held-out accuracy before RL
+                                 (step 0) / at the last eval / best eval
+  heldout_gain                   heldout_final - heldout_start
   reward_last10                  mean training reward over the last 10 steps
   steps_to_target                first eval step with held-out accuracy >= target
                                  (empty when never reached)
@@ -46,7 +48,8 @@ from rl import logs
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED = ("name", "group")
-DETERMINISTIC = ("heldout_final", "heldout_best", "reward_last10", "steps_to_target",
+DETERMINISTIC = ("heldout_start", "heldout_final", "heldout_gain", "heldout_best",
+                 "reward_last10", "steps_to_target",
                  "rollout_tokens", "tokens_to_target", "rollouts")
 TIMING = ("wall_s", "wall_to_target_s")
 
@@ -146,6 +149,10 @@ def run_numbers(records: list[dict], target: float) -> dict[str, Any]:
     evals = [r for r in logs.metric_records(records) if r.get("heldout/accuracy") is not None]
     out: dict[str, Any] = {"steps": steps[-1]["step"] if steps else 0}
     out["heldout_final"] = evals[-1]["heldout/accuracy"] if evals else None
+    start = [r["heldout/accuracy"] for r in evals if r["step"] == 0]
+    out["heldout_start"] = start[0] if start else None
+    out["heldout_gain"] = (out["heldout_final"] - start[0]
+                           if start and out["heldout_final"] is not None else None)
     out["heldout_best"] = max(r["heldout/accuracy"] for r in evals) if evals else None
     last = [r["reward/mean"] for r in steps[-10:] if r.get("reward/mean") is not None]
     out["reward_last10"] = sum(last) / len(last) if last else None
@@ -222,7 +229,8 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
             f"runs; (k/n): only k of n runs have the value. Target held-out accuracy: "
             f"{target}.", ""]
     results = head + _table(rows, [
-        ("heldout_final", "held-out acc (final)", 3), ("heldout_best", "held-out acc (best)", 3),
+        ("heldout_start", "held-out acc (start)", 3), ("heldout_final", "held-out acc (final)", 3),
+        ("heldout_gain", "gain", 3), ("heldout_best", "held-out acc (best)", 3),
         ("reward_last10", "train reward (last 10)", 3),
         ("steps_to_target", f"steps to {target}", 1),
         ("tokens_to_target", f"rollout tokens to {target}", 0),

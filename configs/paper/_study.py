@@ -20,7 +20,9 @@ from rl import sweeps
 SEEDS = (0, 1, 2)
 SCHEDULES = {"tiny": {"train.steps": 100, "train.eval_every": 20},
              "": {"train.steps": 300, "train.eval_every": 25}}
-TARGET = 0.4  # held-out greedy accuracy (the warm start reaches ~0.2, the demo's run ~0.67)
+# held-out greedy accuracy: the warm start reaches 0.22-0.45 depending on the seed, the
+# demo's 300-step run 0.67
+TARGET = 0.5
 
 
 def get_config(arg: str | None = None):

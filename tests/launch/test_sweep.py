@@ -53,7 +53,7 @@ def test_a_killed_sweep_reruns_only_unfinished_runs_and_ends_the_same(tmp_path):
     results = (straight / "results.md").read_text()
     assert "| slow | 1 |" in results and "| fast | 1 |" in results
     rows = (straight / "results.csv").read_text().splitlines()
-    assert rows[0].startswith("name,group,steps,heldout_final") and len(rows) == 3
+    assert rows[0].startswith("name,group,steps,heldout_start") and len(rows) == 3
     assert (straight / "curves.png").stat().st_size > 0
 
     # killed (SIGKILL, the sweep and its run) once the second run has a checkpoint
@@ -131,7 +131,8 @@ def test_run_numbers_from_metrics():
                 "tree/shared_token_frac": 0.25, "time/step": 1.0, "time/eval": 0.5,
                 "heldout/accuracy": 0.6}]
     got = sweeps.run_numbers(records, target=0.5)
-    assert got == {"steps": 2, "heldout_final": 0.6, "heldout_best": 0.6,
+    assert got == {"steps": 2, "heldout_start": 0.1, "heldout_final": 0.6,
+                   "heldout_gain": pytest.approx(0.5), "heldout_best": 0.6,
                    "reward_last10": pytest.approx(0.6), "steps_to_target": 2,
                    "tokens_to_target": 175.0, "wall_to_target_s": 3.5, "rollout_tokens": 175.0,
                    "rollouts": 16, "wall_s": 3.5}
