@@ -315,9 +315,10 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     checkpoints (`fresh`: deletes them and the logs first, saying so; `resume`
     False: the entry point does not train), prints the RL step's memory plan and
     refuses a run that cannot fit its devices (`rl.memory_plan.preflight`), writes
-    DIR/config.json, builds the policy. `for_sft`: the entry point is the supervised warm start; `logs`: it
-    writes TensorBoard files / a plot when the config asks (their extras must be
-    installed); `init` False: no policy is built (params None)."""
+    DIR/config.json, builds the policy. `for_sft`: the entry point is the
+    supervised warm start; `logs`: it writes TensorBoard files / a plot when the
+    config asks (their extras must be installed); `init` False: no policy is
+    built (params None)."""
     import json
 
     from models import multihost
