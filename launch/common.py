@@ -15,7 +15,6 @@ status 143 / 130), not a traceback. A run stopped by repeated failed steps
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging as pylogging
 import os
 import signal
@@ -27,12 +26,12 @@ from absl import app, flags
 
 def load_config_file(spec: str):
     """Imports `path.py[:arg]` and returns its `get_config(arg)`."""
+    import configs
+
     path, _, arg = spec.partition(":")
     if not os.path.exists(path):
         raise FileNotFoundError(f"config file {path} does not exist")
-    module_spec = importlib.util.spec_from_file_location("_launch_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = configs.import_file(path)
     return module.get_config(arg) if arg else module.get_config()
 
 
@@ -114,83 +113,6 @@ def define_workdir_flag(default: str | None = None):
     """`--workdir`: the run's output directory (created); required when no default."""
     return flags.DEFINE_string("workdir", default, "Output directory (created).",
                                required=default is None)
-
-
-_DISTRIBUTED: dict = {}
-
-
-def define_distributed_flags() -> None:
-    """`--coordinator`, `--num_processes`, `--process_id`: start JAX's multi-process
-    runtime explicitly (e.g. several processes on one CPU machine). Without them it
-    starts when the environment describes several processes (`cluster_environment`)."""
-    _DISTRIBUTED.update(
-        coordinator=flags.DEFINE_string(
-            "coordinator", None, "host:port of process 0's coordinator service "
-            "(jax.distributed.initialize); with --num_processes and --process_id."),
-        num_processes=flags.DEFINE_integer(
-            "num_processes", None, "Number of processes of a multi-process run."),
-        process_id=flags.DEFINE_integer(
-            "process_id", None, "This process's index in [0, num_processes)."))
-
-
-def cluster_environment(env=None) -> str | None:
-    """Which multi-process launcher the environment comes from (None: one process):
-    RLVR_DISTRIBUTED=1 (set by launch/tpu_pod.sh: a Cloud TPU VM pod, which JAX
-    finds through the VM's metadata server), JAX_COORDINATOR_ADDRESS, a SLURM step
-    with several tasks, Open MPI with several ranks, or TPU_WORKER_HOSTNAMES naming
-    several workers (TPUs on Kubernetes). `jax.distributed.initialize()` reads the
-    rest (addresses, counts, this process's index) from the same environment."""
-    env = os.environ if env is None else env
-    if env.get("RLVR_DISTRIBUTED") == "1":
-        return "RLVR_DISTRIBUTED"
-
-    def count(name: str) -> int:
-        value = env.get(name, "")
-        return int(value) if value.isdigit() else 1
-
-    if env.get("JAX_COORDINATOR_ADDRESS"):
-        return "JAX_COORDINATOR_ADDRESS"
-    if "SLURM_STEP_ID" in env and count("SLURM_NTASKS") > 1:
-        return "SLURM"
-    if count("OMPI_COMM_WORLD_SIZE") > 1:
-        return "Open MPI"
-    if len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
-        return "TPU pod"
-    return None
-
-
-def init_distributed() -> bool:
-    """Starts JAX's multi-process runtime when asked (`define_distributed_flags`) or when
-    the environment describes several processes; returns whether it did. Must run
-    before anything starts a JAX backend. Processes other than 0 then print nothing
-    on stdout (warnings and errors still go to stderr)."""
-    import jax
-
-    values = {k: v.value for k, v in _DISTRIBUTED.items()}
-    explicit = {k: v for k, v in values.items() if v is not None}
-    if explicit:
-        missing = sorted(set(values) - set(explicit))
-        if missing:
-            raise ValueError(f"--{', --'.join(missing)} missing: a multi-process run needs "
-                             "--coordinator, --num_processes and --process_id together")
-        n, index = explicit["num_processes"], explicit["process_id"]
-        if n < 1 or not 0 <= index < n:
-            raise ValueError(f"--process_id={index} is not in [0, --num_processes={n})")
-        if n == 1:
-            return False
-        kwargs = {"coordinator_address": explicit["coordinator"], "num_processes": n,
-                  "process_id": index}
-    elif cluster_environment() is None:
-        return False
-    else:
-        kwargs = {}
-    # CPU devices of different processes talk over TCP (gloo); GPU/TPU ignore this
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(**kwargs)
-    if jax.process_index() != 0:  # at the descriptor: the C++ libraries' prints too
-        sys.stdout.flush()
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return True
 
 
 def default_config_path(name: str = "base.py") -> str:
@@ -321,6 +243,7 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     built (params None)."""
     import json
 
+    from launch import distributed
     from models import multihost
     from rl import build, memory_plan
 
@@ -328,7 +251,7 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
         if os.path.exists(workdir) and not os.path.isdir(workdir):
             raise ValueError(f"--workdir {workdir} exists and is not a directory")
         build.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
-        init_distributed()
+        distributed.init()
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
         if logs:
             build.check_log_extras(cfg)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 
+from launch import distributed
 from launch.common import (
     default_config_path,
     define_config_flag,
-    define_distributed_flags,
     define_fresh_flag,
     define_workdir_flag,
     prepare,
@@ -31,7 +31,7 @@ from launch.common import (
 _CONFIG = define_config_flag("demo.py")
 _FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
-define_distributed_flags()
+distributed.define_flags()
 
 
 def main(argv):

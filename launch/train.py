@@ -21,10 +21,10 @@ line printed is `heldout_accuracy: before=X after=Y` (greedy, before and after R
 
 from __future__ import annotations
 
+from launch import distributed
 from launch.common import (
     default_config_path,
     define_config_flag,
-    define_distributed_flags,
     define_fresh_flag,
     define_workdir_flag,
     prepare,
@@ -36,7 +36,7 @@ from launch.common import (
 _CONFIG = define_config_flag("demo.py")
 _FRESH = define_fresh_flag()
 _WORKDIR = define_workdir_flag()
-define_distributed_flags()
+distributed.define_flags()
 
 
 def main(argv):

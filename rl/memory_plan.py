@@ -252,8 +252,7 @@ def advice(term: str, s: Mapping) -> str:
     if term in ("params", "optimizer", "gradients", "update", "decode_weights"):
         return f"shard it over more devices: {shard}"
     if term == "reference":
-        off = ", or set rl.reference.offload=True" if s.get("has_offload") else ""
-        return f"{shard}{off} (or drop the reference: rl.kl.coef=0)"
+        return f"{shard}, or set rl.reference.offload=True (or drop the reference: rl.kl.coef=0)"
     if term == "activations":
         remat = f"set model.remat=full (now {s['remat']}), or " if s["remat"] != "full" else ""
         return (f"{remat}train fewer rows per optimizer step (raise train.minibatches, now "
@@ -293,7 +292,8 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
     params = sum(leaf(s, bp) for s in [*tops, *layers.values()])
     layer_w = lambda item, names=tuple(layers): sum(  # noqa: E731
         leaf(layers[k], item) for k in names if k in layers)
-    reference = params if needs_reference(run.algorithm) and not _offload(cfg) else 0
+    reference = (params if needs_reference(run.algorithm) and not cfg.rl.reference.offload
+                 else 0)
 
     # the sampler: the largest call's pool and decode buffers, decode's weights, prefill
     sp, ps = run.sampling_params, int(cfg.sampling.page_size)
@@ -358,16 +358,9 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
     activations = L * saved + max(head_bwd, r) + layer_w(bp) // L + batch
 
     settings = dict(sizes, remat=c.remat, minibatches=m, logits_chunk=cfg.train.logits_chunk,
-                    n=cfg.sampling.n, prompts_per_step=big_p, max_new_tokens=sp.max_new_tokens,
-                    has_offload=_offload(cfg) is not None)
+                    n=cfg.sampling.n, prompts_per_step=big_p, max_new_tokens=sp.max_new_tokens)
     shapes = dict(mesh="x".join(str(sizes[a]) for a in sharding.MESH_AXES), prompt_len=lp,
                   kv_pages=pages, decode_rows=rows, decode_width=width,
                   learner_tokens=p * lg, learner_rows=n_mb, completion_len=cl)
     return Plan(params, 2 * params + 2 * 4, reference, kv_pool, decode_weights, prefill,
                 params, activations, params, settings, shapes)
-
-
-def _offload(cfg):
-    """`rl.reference.offload` when the config has that key (None otherwise)."""
-    section = getattr(cfg.rl, "reference", None) if "reference" in cfg.rl else None
-    return section.get("offload") if section is not None else None

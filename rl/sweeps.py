@@ -36,13 +36,13 @@ Per run, from DIR/runs/<name>/metrics.jsonl:
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import configs
 from models import extras
 from rl import logs
 
@@ -70,9 +70,7 @@ def load(spec: str) -> tuple[str, str, list[dict], float]:
     path, _, arg = spec.partition(":")
     if not os.path.exists(path):
         raise SweepError(f"sweep file {path} does not exist")
-    module_spec = importlib.util.spec_from_file_location("_sweep_config", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = configs.import_file(path, "_sweep_config")
     if not hasattr(module, "get_sweep"):
         raise SweepError(f"{path} defines no get_sweep(arg): it is a config, not a sweep")
     runs = module.get_sweep(arg) if arg else module.get_sweep()

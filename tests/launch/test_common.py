@@ -53,5 +53,5 @@ def test_smoke_runs_end_to_end():
     ({"RLVR_DISTRIBUTED": "1"}, "RLVR_DISTRIBUTED"),
 ])
 def test_cluster_environment_is_read_from_the_launchers_variables(env, found):
-    from launch.common import cluster_environment
+    from launch.distributed import cluster_environment
     assert cluster_environment(env) == found
