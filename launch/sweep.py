@@ -110,7 +110,8 @@ def main(argv):
     from rl import sweeps
 
     try:
-        path, arg, runs, default_target = sweeps.load(_CONFIG.value)
+        sweep = sweeps.load(_CONFIG.value)
+        path, arg, runs = sweep.path, sweep.arg, sweep.runs
         sweeps.check_keys(load_config_file(_CONFIG.value), runs)
         if not _DRY_RUN.value:
             extras.require("matplotlib", "plots", "the sweep's curves.png")
@@ -118,7 +119,7 @@ def main(argv):
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
     workdir = _WORKDIR.value
-    target = default_target if _TARGET.value is None else _TARGET.value
+    target = sweep.target if _TARGET.value is None else _TARGET.value
     todo = [run for run in runs if not done(workdir, run)]
     if _DRY_RUN.value:
         for run in todo:
@@ -156,7 +157,8 @@ def main(argv):
                 open(os.path.join(sweeps.run_dir(workdir, run), "DONE"), "w").close()
                 print(f"[{finished}/{len(todo)}] {run['name']}: done in {seconds:.0f}s",
                       flush=True)
-                sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value)
+                sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
+                                 metrics=sweep.metrics)
             else:
                 failed.append(run["name"])
                 print(f"[{finished}/{len(todo)}] {run['name']}: FAILED (exit {code}); see "
@@ -166,7 +168,8 @@ def main(argv):
             print("  running: " + ", ".join(progress(workdir, r) for _, r, *_ in
                                             pool.running.values()), flush=True)
         time.sleep(0.2)
-    written = sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value)
+    written = sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
+                               metrics=sweep.metrics)
     print(f"wrote {', '.join(written)}")
     if failed:
         print(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (logs: "

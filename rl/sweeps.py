@@ -17,6 +17,12 @@ DIR/timing.md (wall-clock per group) and DIR/curves.png (held-out accuracy and
 training reward per step, and held-out accuracy per rollout token, one curve
 per group: the mean over its runs).
 
+A sweep file may also set `METRICS`, a tuple of training-metric keys of
+metrics.jsonl (`"learner/entropy"`, `"frac_reward_zero_std"`, ...): results.md then
+adds a table of each one's mean over a run's RL steps (mean ± std per group), and
+curves.png one panel per metric (its value per step). They are the mechanics a study
+looks at beside accuracy: entropy, clip fractions, the share of zero-variance groups.
+
 Per run, from DIR/runs/<name>/metrics.jsonl:
   heldout_start / heldout_final / heldout_best   greedy held-out accuracy before RL
                                  (step 0) / at the last eval / best eval
@@ -36,6 +42,7 @@ Per run, from DIR/runs/<name>/metrics.jsonl:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import re
@@ -64,9 +71,19 @@ def with_seeds(arms: Iterable[Mapping[str, Any]], seeds: Sequence[int]) -> list[
             for arm in arms for seed in seeds]
 
 
-def load(spec: str) -> tuple[str, str, list[dict], float]:
-    """(path, arg, runs, target) of `path.py[:arg]`: its `get_sweep(arg)`, checked, and
-    its `TARGET` held-out accuracy (0.5 when it sets none)."""
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """A loaded sweep file: its runs (checked), its `TARGET` held-out accuracy (0.5
+    when it sets none) and its `METRICS` (none when it sets none)."""
+    path: str
+    arg: str
+    runs: list[dict]
+    target: float
+    metrics: tuple[str, ...] = ()
+
+
+def load(spec: str) -> Sweep:
+    """The sweep of `path.py[:arg]`: its `get_sweep(arg)`, TARGET and METRICS, checked."""
     path, _, arg = spec.partition(":")
     if not os.path.exists(path):
         raise SweepError(f"sweep file {path} does not exist")
@@ -74,7 +91,12 @@ def load(spec: str) -> tuple[str, str, list[dict], float]:
     if not hasattr(module, "get_sweep"):
         raise SweepError(f"{path} defines no get_sweep(arg): it is a config, not a sweep")
     runs = module.get_sweep(arg) if arg else module.get_sweep()
-    return path, arg, check(runs, path), float(getattr(module, "TARGET", 0.5))
+    metrics = getattr(module, "METRICS", ())
+    if (isinstance(metrics, str) or not isinstance(metrics, Sequence)
+            or not all(isinstance(m, str) and m for m in metrics)):
+        raise SweepError(f"{path}: METRICS must be a tuple of metric names, got {metrics!r}")
+    return Sweep(path, arg, check(runs, path), float(getattr(module, "TARGET", 0.5)),
+                 tuple(metrics))
 
 
 def check(runs: Any, where: str = "the sweep") -> list[dict]:
@@ -141,8 +163,10 @@ def _decoded(record: Mapping[str, Any]) -> float:
     return tokens * (1.0 - float(shared)) if shared is not None else tokens
 
 
-def run_numbers(records: list[dict], target: float) -> dict[str, Any]:
-    """The per-run numbers of the module docstring from metrics.jsonl's lines."""
+def run_numbers(records: list[dict], target: float,
+                metrics: Sequence[str] = ()) -> dict[str, Any]:
+    """The per-run numbers of the module docstring from metrics.jsonl's lines, plus the
+    mean over RL steps of each of `metrics` (None where no step logged it)."""
     steps = [r for r in logs.metric_records(records) if r["step"] > 0]
     evals = [r for r in logs.metric_records(records) if r.get("heldout/accuracy") is not None]
     out: dict[str, Any] = {"steps": steps[-1]["step"] if steps else 0}
@@ -168,6 +192,9 @@ def run_numbers(records: list[dict], target: float) -> dict[str, Any]:
     out["rollout_tokens"] = tokens
     out["rollouts"] = sum(int(r.get("sampled/rows") or 0) for r in steps)
     out["wall_s"] = wall
+    for key in metrics:
+        values = [float(r[key]) for r in steps if r.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
     return out
 
 
@@ -202,9 +229,10 @@ def _table(rows: list[dict], columns: Sequence[tuple[str, str, int]]) -> list[st
 
 
 def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
-              plot: bool = True) -> list[str]:
+              metrics: Sequence[str] = (), plot: bool = True) -> list[str]:
     """Writes DIR/results.csv, results.md, timing.md (and curves.png with `plot`) from
-    the finished runs among `runs`; returns the paths written."""
+    the finished runs among `runs`, with a table (and panels) of `metrics`; returns the
+    paths written."""
     rows, series = [], {}
     for run in runs:
         path = os.path.join(run_dir(workdir, run), "metrics.jsonl")
@@ -212,12 +240,12 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
             continue
         records = logs.read(path)
         rows.append({"name": run["name"], "group": run["group"],
-                     **run_numbers(records, target)})
+                     **run_numbers(records, target, metrics)})
         series.setdefault(run["group"], []).append(logs.metric_records(records))
     written = []
     csv_path = os.path.join(workdir, "results.csv")
     with open(csv_path, "w", newline="") as f:
-        fields = ["name", "group", "steps", *DETERMINISTIC, *TIMING]
+        fields = ["name", "group", "steps", *DETERMINISTIC, *metrics, *TIMING]
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
@@ -233,6 +261,12 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
         ("steps_to_target", f"steps to {target}", 1),
         ("tokens_to_target", f"rollout tokens to {target}", 0),
         ("rollout_tokens", "rollout tokens", 0), ("rollouts", "rollouts", 0)])
+    if metrics and rows:
+        results += ["", "Training metrics: each run's mean over its RL steps.", ""]
+        results += _table(rows, [(key, key, 4) for key in metrics])
+        missing = [key for key in metrics if all(row[key] is None for row in rows)]
+        if missing:
+            results += ["", f"No run logged: {', '.join(missing)}."]
     for name, lines in (("results.md", results), ("timing.md", head + _table(rows, [
             ("wall_s", "wall s", 1), ("wall_to_target_s", f"wall s to {target}", 1)]))):
         path = os.path.join(workdir, name)
@@ -240,7 +274,8 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
             f.write("\n".join(lines) + "\n")
         written.append(path)
     if plot and rows:
-        written.append(plot_curves(os.path.join(workdir, "curves.png"), series, title))
+        written.append(plot_curves(os.path.join(workdir, "curves.png"), series, title,
+                                   metrics))
     return written
 
 
@@ -254,9 +289,11 @@ def _mean_curve(runs: list[list[dict]], key: str, x_of) -> tuple[list[float], li
     return xs, ys
 
 
-def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = "") -> str:
-    """DIR/curves.png: held-out accuracy and training reward per step, and held-out
-    accuracy per rollout token; one line per group (the mean over its runs)."""
+def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = "",
+                metrics: Sequence[str] = ()) -> str:
+    """DIR/curves.png: held-out accuracy and training reward per step, held-out
+    accuracy per rollout token, and each of `metrics` per step; one line per group
+    (the mean over its runs), at most 4 panels a row."""
     matplotlib = extras.require("matplotlib", "plots", "the sweep's curves.png")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -269,10 +306,18 @@ def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = 
 
     panels = (("heldout/accuracy", step, "step", "held-out accuracy"),
               ("reward/mean", step, "step", "training reward"),
-              ("heldout/accuracy", tokens, "rollout tokens", "held-out accuracy"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
-    for ax, (key, x_of, xlabel, ylabel) in zip(axes, panels, strict=True):
+              ("heldout/accuracy", tokens, "rollout tokens", "held-out accuracy"),
+              *((key, step, "step", key) for key in metrics))
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax, (key, x_of, xlabel, ylabel) in zip(axes, panels, strict=False):
         for group, runs in series.items():
+            if not any(r.get(key) is not None for run in runs for r in run):
+                continue
             xs, ys = _mean_curve(runs, key, x_of)
             ax.plot(xs, ys, label=group, marker="o" if key.startswith("heldout") else None,
                     markersize=3)

@@ -9,6 +9,9 @@ the others on GRPO with its KL). Compare held-out accuracy per rollout spent.
 from configs.paper import _study
 from configs.paper._study import TARGET, get_config  # noqa: F401 - the sweep's config
 
+# the share of sampled groups whose rewards are all equal (no gradient: 1 - the
+# "effective ratio" of BOTS), and entropy; results.md's second table
+METRICS = ("frac_reward_zero_std", "learner/entropy")
 
 # :tiny scales DARS to CPU: N_max 16 (2× sampling.n; the authors' 64 would pad every
 # group to 64 rows) and DARS-B's breadth to 2× the prompts (the authors' 4×)

@@ -17,8 +17,9 @@ STUDIES = {"losses": 8, "sampling": 2, "selection": 5, "baseline": 6, "rollout":
 @pytest.mark.parametrize("arg", ["tiny", ""])
 def test_each_study_lists_valid_runs(study, arms, arg):
     spec = os.path.join(ROOT, "configs", "paper", f"{study}.py") + (f":{arg}" if arg else "")
-    _, _, runs, target = sweeps.load(spec)
-    assert len(runs) == arms * len(_study.SEEDS) and target == _study.TARGET
+    sweep = sweeps.load(spec)
+    runs = sweep.runs
+    assert len(runs) == arms * len(_study.SEEDS) and sweep.target == _study.TARGET
     assert len({r["group"] for r in runs}) == arms
     config = load_config_file(spec)
     sweeps.check_keys(config, runs)  # every override names a config key

@@ -4,6 +4,7 @@ Each run is 2 steps of tests/launch/sweep_config.py (the suite's very small mode
 own `launch.train` process.
 """
 
+import json
 import os
 import shlex
 import signal
@@ -52,6 +53,7 @@ def test_a_killed_sweep_reruns_only_unfinished_runs_and_ends_the_same(tmp_path):
     assert "2 runs, 0 finished (skipped), 2 to run" in out
     results = (straight / "results.md").read_text()
     assert "| slow | 1 |" in results and "| fast | 1 |" in results
+    assert "| group | runs | learner/entropy | frac_reward_zero_std |" in results
     rows = (straight / "results.csv").read_text().splitlines()
     assert rows[0].startswith("name,group,steps,heldout_start") and len(rows) == 3
     assert (straight / "curves.png").stat().st_size > 0
@@ -137,3 +139,38 @@ def test_run_numbers_from_metrics():
                    "tokens_to_target": 175.0, "wall_to_target_s": 3.5, "rollout_tokens": 175.0,
                    "rollouts": 16, "wall_s": 3.5}
     assert sweeps.run_numbers(records, target=0.9)["steps_to_target"] is None
+    # METRICS: the mean over the RL steps that logged the key; None when none did
+    got = sweeps.run_numbers(records, target=0.5, metrics=("reward/mean", "learner/nope"))
+    assert got["reward/mean"] == pytest.approx(0.6) and got["learner/nope"] is None
+
+
+def test_metrics_table_and_panels(tmp_path):
+    runs = sweeps.with_seeds([{"name": "a"}, {"name": "b"}], seeds=[0, 1])
+    for i, run in enumerate(runs):
+        directory = tmp_path / "runs" / run["name"]
+        directory.mkdir(parents=True)
+        lines = [{"step": 0, "heldout/accuracy": 0.1},
+                 {"step": 1, "reward/mean": 0.5, "learner/entropy": 1.0 + i},
+                 {"step": 2, "reward/mean": 0.5, "learner/entropy": 2.0 + i,
+                  "heldout/accuracy": 0.3}]
+        (directory / "metrics.jsonl").write_text("".join(
+            json.dumps(r) + "\n" for r in lines))
+        (directory / "DONE").write_text("")
+    written = sweeps.summarize(str(tmp_path), runs, target=0.5,
+                               metrics=("learner/entropy", "learner/typo"))
+    results = (tmp_path / "results.md").read_text()
+    # run means 1.5, 2.5 (a) and 3.5, 4.5 (b): group means 2.0 and 4.0, sample std √0.5
+    assert "| a | 2 | 2.0000 ± 0.7071 | – |" in results
+    assert "| b | 2 | 4.0000 ± 0.7071 | – |" in results
+    assert results.rstrip().endswith("No run logged: learner/typo.")
+    assert "learner/entropy" in (tmp_path / "results.csv").read_text().splitlines()[0]
+    assert str(tmp_path / "curves.png") in written
+
+
+@pytest.mark.parametrize("metrics", ['"learner/entropy"', "(1,)", '("",)'])
+def test_bad_metrics_are_named(tmp_path, metrics):
+    bad = tmp_path / "bad_sweep.py"
+    bad.write_text(open(CONFIG).read().replace(
+        'METRICS = ("learner/entropy", "frac_reward_zero_std")', f"METRICS = {metrics}"))
+    with pytest.raises(sweeps.SweepError, match="METRICS must be a tuple of metric names"):
+        sweeps.load(str(bad))
