@@ -19,6 +19,7 @@ def test_each_study_lists_valid_runs(study, arms, arg):
     spec = os.path.join(ROOT, "configs", "paper", f"{study}.py") + (f":{arg}" if arg else "")
     sweep = sweeps.load(spec)
     runs = sweep.runs
+    arms += study == "losses" and arg == "tiny"  # + dapo_overlong
     assert len(runs) == arms * len(_study.SEEDS) and sweep.target == _study.TARGET
     assert len({r["group"] for r in runs}) == arms
     config = load_config_file(spec)
@@ -38,6 +39,18 @@ def test_an_arm_is_exactly_its_variant(name):
         node[last] = value
     expected = variants.apply(demo.get_config(), name)
     assert _study.flat(config) == _study.flat(expected)
+
+
+def test_the_tiny_losses_study_turns_dapos_overlong_penalty_off_but_in_one_arm():
+    runs = sweeps.load(os.path.join(ROOT, "configs", "paper", "losses.py:tiny")).runs
+    buffer = {r["group"]: r.get("rl.overlong.buffer") for r in runs}
+    assert buffer["dapo_overlong"] == 1  # the authors' fifth of the 8-token budget
+    assert all(buffer[g] == 0 for g in ("dapo", "nsr", "fipo", "logp_reweight"))
+    assert buffer["grpo"] is None and buffer["gspo"] is None  # never set: the demo's 0
+    by_group = {r["group"]: r for r in runs if r["seed"] == 0}
+    dapo = {k: v for k, v in by_group["dapo"].items() if k not in ("name", "group")}
+    assert {**dapo, "rl.overlong.buffer": 1} == {
+        k: v for k, v in by_group["dapo_overlong"].items() if k not in ("name", "group")}
 
 
 def test_a_bad_study_argument_is_named():
