@@ -314,13 +314,14 @@ def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = 
     axes = grid.ravel()
     for ax in axes[len(panels):]:
         ax.set_visible(False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]  # one per group, all panels
     for ax, (key, x_of, xlabel, ylabel) in zip(axes, panels, strict=False):
-        for group, runs in series.items():
+        for i, (group, runs) in enumerate(series.items()):
             if not any(r.get(key) is not None for run in runs for r in run):
                 continue
             xs, ys = _mean_curve(runs, key, x_of)
             ax.plot(xs, ys, label=group, marker="o" if key.startswith("heldout") else None,
-                    markersize=3)
+                    markersize=3, color=colors[i % len(colors)])
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

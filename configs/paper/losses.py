@@ -10,10 +10,11 @@ from configs.paper._study import TARGET, get_config  # noqa: F401 - the sweep's 
 
 # the mechanics beside accuracy (results.md's second table, curves.png's extra panels):
 # entropy (Δlog p reweighting's claim), the clipped and NSR-band token fractions
-# (GSPO's and NSR's), the mean advantage weight (FIPO, Δlog p, divergence) and length
+# (GSPO's and NSR's), the share of tokens FIPO reweights, the mean advantage weight
+# (Δlog p, divergence) and the response length
 METRICS = ("learner/entropy", "learner/clip_frac_low", "learner/clip_frac_high",
-           "learner/nsr_band_frac", "learner/nsr_rescued_frac", "reweight/weight_mean",
-           "response_length/mean")
+           "learner/nsr_band_frac", "learner/nsr_rescued_frac",
+           "learner/fipo_weight_changed_frac", "reweight/weight_mean", "response_length/mean")
 ARMS = ("grpo", "dr_grpo", "dapo", "gspo", "nsr", "fipo", "logp_reweight",
         "divergence_weighted")
 
