@@ -1,6 +1,6 @@
-"""Policy losses on the demo task: GRPO, Dr.GRPO, DAPO, GSPO, NSR, FIPO, Δlog p
-reweighting and divergence-weighted advantages, each as its authors set it
-(configs/variants.py, docs/algorithms.md).
+"""Policy losses on the demo task: GRPO, Dr.GRPO, DAPO, GSPO, NSR (and its deterministic
+decay ablation), FIPO, Δlog p reweighting and divergence-weighted advantages, each as
+its authors set it (configs/variants.py, docs/algorithms.md).
 
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/paper/losses
 """
@@ -37,4 +37,6 @@ def get_sweep(arg: str | None = None):
         arms.append(arm)
         if arg == "tiny" and name == "dapo":
             arms.append({"name": "dapo_overlong", **_study.variant("dapo")})
+        if name == "nsr":  # the paper's required ablation: the band's gradient × keep_prob
+            arms.append({**arm, "name": "nsr_decay", "rl.loss.mode": "decay"})
     return _study.runs(arms)

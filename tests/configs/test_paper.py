@@ -10,7 +10,7 @@ from launch.common import load_config_file
 from rl import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STUDIES = {"losses": 8, "sampling": 2, "selection": 5, "baseline": 6, "rollout": 2}
+STUDIES = {"losses": 9, "sampling": 2, "selection": 5, "baseline": 6, "rollout": 2}
 
 
 @pytest.mark.parametrize("study,arms", STUDIES.items())
@@ -45,12 +45,20 @@ def test_the_tiny_losses_study_turns_dapos_overlong_penalty_off_but_in_one_arm()
     runs = sweeps.load(os.path.join(ROOT, "configs", "paper", "losses.py:tiny")).runs
     buffer = {r["group"]: r.get("rl.overlong.buffer") for r in runs}
     assert buffer["dapo_overlong"] == 1  # the authors' fifth of the 8-token budget
-    assert all(buffer[g] == 0 for g in ("dapo", "nsr", "fipo", "logp_reweight"))
+    assert all(buffer[g] == 0 for g in ("dapo", "nsr", "nsr_decay", "fipo", "logp_reweight"))
     assert buffer["grpo"] is None and buffer["gspo"] is None  # never set: the demo's 0
     by_group = {r["group"]: r for r in runs if r["seed"] == 0}
     dapo = {k: v for k, v in by_group["dapo"].items() if k not in ("name", "group")}
     assert {**dapo, "rl.overlong.buffer": 1} == {
         k: v for k, v in by_group["dapo_overlong"].items() if k not in ("name", "group")}
+
+
+def test_nsr_decay_differs_from_nsr_in_the_mode_alone():
+    runs = sweeps.load(os.path.join(ROOT, "configs", "paper", "losses.py")).runs
+    by_group = {r["group"]: r for r in runs if r["seed"] == 0}
+    nsr, decay = ({k: v for k, v in by_group[g].items() if k not in ("name", "group")}
+                  for g in ("nsr", "nsr_decay"))
+    assert nsr.get("rl.loss.mode") is None and decay == {**nsr, "rl.loss.mode": "decay"}
 
 
 def test_a_bad_study_argument_is_named():
