@@ -130,6 +130,10 @@ def main(argv):
           f"(skipped), {len(todo)} to run, {_PARALLEL.value} at a time; logs in "
           f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}", flush=True)
     pool, failed, queue, finished = Pool(_PARALLEL.value), [], list(todo), 0
+
+    def summarize() -> list[str]:
+        return sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
+                                metrics=sweep.metrics)
     last_status = time.perf_counter()
 
     def stop(signum, frame):
@@ -157,8 +161,7 @@ def main(argv):
                 open(os.path.join(sweeps.run_dir(workdir, run), "DONE"), "w").close()
                 print(f"[{finished}/{len(todo)}] {run['name']}: done in {seconds:.0f}s",
                       flush=True)
-                sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
-                                 metrics=sweep.metrics)
+                summarize()
             else:
                 failed.append(run["name"])
                 print(f"[{finished}/{len(todo)}] {run['name']}: FAILED (exit {code}); see "
@@ -168,8 +171,7 @@ def main(argv):
             print("  running: " + ", ".join(progress(workdir, r) for _, r, *_ in
                                             pool.running.values()), flush=True)
         time.sleep(0.2)
-    written = sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
-                               metrics=sweep.metrics)
+    written = summarize()
     print(f"wrote {', '.join(written)}")
     if failed:
         print(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (logs: "

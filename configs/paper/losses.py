@@ -19,7 +19,7 @@ ARMS = ("grpo", "dr_grpo", "dapo", "gspo", "nsr", "fipo", "logp_reweight",
         "divergence_weighted")
 
 # :tiny turns DAPO's soft overlong penalty off in the arms built on DAPO (dapo, nsr,
-# fipo, logp_reweight). DAPO penalises the last fifth of the length budget (4,096 of
+# nsr_decay, fipo, logp_reweight). DAPO penalises the last fifth of the length budget (4,096 of
 # 20,480 tokens), far beyond its natural answers; at the demo's 8-token budget that
 # fifth is the 8th token, the length of about half the warm start's answers (53% of the
 # first step's samples were penalised by -1). `dapo_overlong` keeps the penalty, as its
