@@ -13,7 +13,7 @@ from setuptools import find_packages, setup
 FEATURES = {
     "tfds": ["tensorflow-datasets>=4.9.9", "array-record>=0.5"],  # data.source=tfds; no TensorFlow
     "parquet": ["pyarrow>=14"],                  # data.source=parquet, analysis tokens.parquet
-    "plots": ["matplotlib>=3.8"],                # progress.png (rl.logs.plot), analysis figures
+    "plots": ["matplotlib>=3.8"],                # progress.png (rl.train.logs.plot), analysis figures
     "sentencepiece": ["sentencepiece>=0.2"],                      # tokenizer.model tokenizers
     "tensorboard": ["tensorboard>=2.19"],                         # DIR/tensorboard event files
 }

@@ -122,7 +122,8 @@ def _batches(pairs, size: int) -> dict:
 def serial_child(pairs, size: int, regime: str) -> None:
     """Run in a fresh process: scores the batch one completion at a time in this process
     (how rewards were scored before the pool: no workers, no timeouts), prints seconds."""
-    from rl.rewards import common, spec as spec_module
+    from rl.rewards import common
+    from rl.rewards import spec as spec_module
     sets = _batches(pairs, size)
     common.IN_WORKER = True  # the library stage runs here, not in a worker
     for warm in common.WARMERS.values():

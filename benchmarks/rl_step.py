@@ -6,7 +6,7 @@ layers, 4 heads, 2 KV heads, MLP 1024, tied embeddings, fp32), 4 prompts ×
 β = 0.04 (k3 KL in the loss), AdamW lr 1e-5, one optimizer step per batch.
 Prompts are countdown problems through the byte tokenizer; completions of the
 random-init policy run to the full 64 tokens (eos is sampled rarely), so each
-step decodes 1,024 tokens. A step is what `rl.trainer.Trainer.step` does:
+step decodes 1,024 tokens. A step is what `rl.train.trainer.Trainer.step` does:
 sample + verify (rollout), reference log-probs (reference), advantages and
 the jitted train step (update), each timed to completion.
 
@@ -74,16 +74,17 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     import jax  # noqa: F401  (import time is not part of the first step)
 
-    from rl import build
-    from rl.trainer import Trainer
+    from launch import runtime
+    from rl.train import build
+    from rl.train.trainer import Trainer
 
-    build.configure_xla(cfg.cpu_xla_flags)  # as the launch/ entry points do
+    runtime.configure_xla(cfg.cpu_xla_flags)  # as the launch/ entry points do
 
     cache = "off"
     if args.compilation_cache:
         path = os.path.expanduser(args.compilation_cache)
         cache = "warm" if os.path.isdir(path) and os.listdir(path) else "cold"
-        build.enable_compilation_cache(path)
+        runtime.enable_compilation_cache(path)
 
     with tempfile.TemporaryDirectory() as workdir:
         run = build.resolve(cfg, workdir)

@@ -4,10 +4,10 @@ the persistent save's blocking time. Workloads W1 (`tiny`) and the `small` prese
     python benchmarks/snapshot.py --json
     python benchmarks/snapshot.py --json --workloads W1 --pairs 30
 
-For each workload a `rl.trainer.Trainer` (benchmarks/rl_step.py's W1 settings;
+For each workload a `rl.train.trainer.Trainer` (benchmarks/rl_step.py's W1 settings;
 `small` swaps in the 31.7M-parameter preset) runs warm-up steps, then:
   * step overhead: `--pairs` interleaved pairs of steps, one plain and one
-    followed by `rl.snapshot.Snapshots.take` of the full train state (what
+    followed by `rl.checkpoint.snapshot.Snapshots.take` of the full train state (what
     `checkpoint.snapshot_every=1` adds to every step), in alternating order;
     the cost of one snapshot is the mean paired difference (with its standard
     error), also as a fraction of the median plain step; the per-step overhead
@@ -52,10 +52,10 @@ def measure(name: str, preset: str, pairs: int, repeats: int, warmup: int,
             every: int) -> dict:
     import jax
 
-    from rl import build
-    from rl.checkpoint import Checkpoints
-    from rl.snapshot import Snapshots
-    from rl.trainer import Trainer
+    from rl.checkpoint.persistent import Checkpoints
+    from rl.checkpoint.snapshot import Snapshots
+    from rl.train import build
+    from rl.train.trainer import Trainer
 
     cfg = w1_config()
     cfg.unlock()
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
         parser.error(f"unknown workload {unknown[0]!r} (choose from {', '.join(presets)})")
 
     from configs import base
-    from rl import build
-    build.configure_xla(w1_config().cpu_xla_flags)  # as the launch/ entry points do
+    from launch import runtime
+    runtime.configure_xla(w1_config().cpu_xla_flags)  # as the launch/ entry points do
     for name in names:
         row = measure(name, presets[name], args.pairs, args.repeats, args.warmup,
                       args.snapshot_every or base.checkpoint_section().snapshot_every)

@@ -1,177 +1,23 @@
-"""Base config: the `model`, `mesh` and `rl` sections every entry point shares.
+"""Base config: every section every entry point shares, each key documented beside it.
 
     python -m launch.<entry> --config=configs/base.py:small \
         --config.model.dtype=bfloat16 --config.mesh.fsdp=4
 
-`get_config(arg)` follows big_vision: `arg` (after the colon) picks the model
-preset. The returned ConfigDict is locked, so overriding a key that does not
-exist fails with an error naming it.
+`get_config(arg)` follows big_vision: `arg` (after the colon) is a comma-separated
+model preset and/or algorithm variants (configs/variants.py). The returned
+ConfigDict is locked, so overriding a key that does not exist fails with an error
+naming it. Other config files start from `build(preset)` and edit it.
 
-model:
-  preset        preset name (models.PRESETS), used when `hf_path` is empty.
-  hf_path       local Hugging Face directory; its config.json gives the
-                architecture (and load_pretrained the weights).
-  dtype         compute dtype: float32 | bfloat16 | float16.
-  param_dtype   parameter storage dtype.
-  scan_layers   lax.scan over layers (compile time independent of depth).
-  remat         none | full | dots (backward-pass rematerialisation).
-  <architecture fields>  vocab_size, hidden_size, num_layers, num_heads,
-                num_kv_heads, head_dim, mlp_dim, rope_theta, rms_norm_eps,
-                tie_embeddings, max_position_embeddings: None keeps the
-                preset's / checkpoint's value, anything else overrides it.
-mesh:
-  data, fsdp, tensor  mesh axis sizes; one may be -1 (= all remaining devices).
-  rules.<logical axis>  comma-separated mesh axes for each logical axis
-                (batch, length, embed, mlp, heads, kv_heads, head_dim, vocab,
-                layers, norm); "" keeps that axis replicated.
-rl:             the algorithm (docs/algorithms.md has every name and option).
-  advantage.name   estimator (rl.advantages.names()); the other keys are its
-                   options, None = the estimator's default. Setting an option
-                   the chosen estimator does not take is an error.
-  loss.name        policy loss (rl.losses.names()), plus `agg`, `norm_length`,
-                   `tis_cap`, `tis_mode`, `entropy_coef` and the loss's options
-                   (eps_low, eps_high, dual_clip, delta_*, keep_prob, mode).
-  kl.kind, kl.coef, kl.clamp   KL to the reference (k1|k2|k3); coef 0 = none;
-                   kl.in_reward puts it in the reward instead of the loss.
-  reference.offload  keep the frozen reference model in host memory (sharded
-                   like the policy, in each device's pinned_host memory) and
-                   bring it to the devices only while it scores a batch: its
-                   device memory is then needed only outside the update.
-  reweight.name    "" or a token reweighter (fipo, logp_reweight,
-                   divergence_weighted, delta_logp_mask) and its options.
-  overlong.buffer, overlong.factor   DAPO's soft overlong penalty: the last
-                   `buffer` tokens before the completion limit cost up to
-                   -factor reward, linearly (0 = off).
-  overlong.filter  leave completions cut at the limit out of the loss.
-  reward.name      verifier (rl.rewards.names()), or several with weights
-                   ("math:1.0,format:0.1"); "" uses the procedural task's
-                   verifier (file/TFDS data must name one). The verifiers'
-                   options (require_all, format_score, pattern, max_chars,
-                   answer_formats, search, fallback) go to the one that has it.
-  reward.correct   the verifier whose score >= 1 is "correct" (accuracy,
-                   pass@k, dynamic sampling); "" = the only one named.
-  reward.workers   verifier processes for the completions a verifier sends
-                   out of the trainer's process (the math verifier's library
-                   fallback), in parallel; 0 or 1 = one.
-                   reward.timeout_s: hard limit per completion there.
-data:           where prompts come from (rl/data).
-  source           task | jsonl | parquet | tfds.
-  task, task.<option>  procedural task (rl.data.tasks: countdown, arithmetic)
-                   and its options (None = the task's default).
-  train_size, heldout_size  examples drawn from a task's train / held-out
-                   split; for files, heldout_size caps the held-out rows.
-  path, heldout_path  JSONL/Parquet files (source jsonl/parquet).
-  tfds_name, tfds_data_dir, tfds_split, tfds_heldout_split  a prepared TFDS
-                   dataset in array_record format (source tfds).
-  template, answer_field, uid_field  how a file/TFDS row becomes a prompt.
-  chat_template    render each prompt as a user message through the
-                   tokenizer's own chat template (`chat_template.jinja` or
-                   tokenizer_config.json's `chat_template`, as transformers
-                   renders it) with the assistant turn opened; for instruct
-                   checkpoints. Off: the raw text, with bos prepended when the
-                   tokenizer has one (base models).
-  system_prompt    with chat_template: a system message before the user's
-                   ("" = none, the template's own default applies).
-  tokenizer        tokenizer directory; "" = the model's hf_path, or the
-                   built-in byte tokenizer for presets.
-  pass_rate_fields "weak,strong": two fields of each jsonl/parquet row with
-                   offline pass rates in [0, 1] (BOTS's implicit evidence).
-  selector.name    which prompts a step trains on and how many rollouts
-                   each gets (rl/selectors.py): uniform (the data order) |
-                   dars (extra rollouts for hard prompts: selector.schedule
-                   et|hw, n_max, normalized) | bots (Thompson selection from
-                   Beta pass-rate posteriors over the train pool: lam, rho,
-                   tau, prior, target, thompson, cap_ema). None = default.
-sampling:       rollouts (sampling/).
-  sampler          flat | tree.
-  n                samples per prompt (flat; the tree uses tree.leaves_per_prompt).
-  temperature, top_k, top_p, min_p, max_new_tokens   SamplingParams.
-  page_size, segment_len   paged-KV page and decode-segment sizes (flat);
-                   the tree uses page_size too.
-  tree.<field>     sampling.TreeConfig fields (None = its default);
-                   first_branching is "4" or a range "2,8". A leaf has at
-                   most tree.segment_len × tree.max_depth tokens, which must
-                   not exceed max_new_tokens; segment_len unset = max_new_tokens
-                   // max_depth (a multiple of page_size). stop_on_boxed and
-                   repetition_chars act on the detokenized text (the trainer
-                   passes the tokenizer); repetition_ngram is the token check
-                   used without one.
-train:          the RL loop (rl/trainer.py).
-  steps, prompts_per_step   RL steps and prompts sampled per step.
-  epochs, minibatches       PPO epochs over each batch and optimizer steps per
-                   epoch (minibatches are whole prompt groups, so minibatches
-                   must divide prompts_per_step). With epochs × minibatches = 1
-                   the update is on-policy (ratio 1): clip settings, gspo,
-                   nsr, cispo and fipo would do nothing and are refused.
-  old_logp         auto (default: sampler when model.dtype is float32,
-                   recompute otherwise: in bfloat16 the sampler's and the
-                   learner's log-probs differ by rounding, docs/sampling.md) |
-                   sampler (the sampler's log-probs are π_old; needs top_k/top_p/
-                   min_p off) | recompute (a forward pass before the update;
-                   with top_k/top_p/min_p on it needs loss.tis_cap: the
-                   sampler's log-probs then give truncated-IS weights).
-  warm_start       "" | sft: before RL, run the supervised warm start
-                   (`sft.*`, procedural tasks only) and start RL from it; the
-                   result is written to DIR/sft and reused by a rerun with the
-                   same model, data, sft settings and seed.
-  dynamic_sampling DAPO filter: drop groups whose rewards all agree and sample
-                   more prompts (up to dynamic_max_rounds rounds) to refill.
-  logits_chunk     completion positions per logits block in the learner.
-  log_every, eval_every   console line / held-out eval period (0 = no eval
-                   during training; a final eval always runs).
-  export_every     also export the policy as a Hugging Face directory
-                   DIR/exports/step_N every N steps (0 = none; DIR/final is
-                   always written at the end).
-  tensorboard      write DIR/tensorboard (needs the `tensorboard` extra).
-  plot             write DIR/progress.png (needs the `plots` extra).
-rollout:        APRIL, active partial rollouts (rl/april.py; flat sampling only).
-  april            ask for more prompt groups than a step trains on, stop the
-                   sampler once prompts_per_step groups have finished, carry
-                   the unfinished samples (resumed next step, with the
-                   log-probs of the policy that sampled each token) and the
-                   surplus finished groups over; logs april/staleness_*.
-  over_provision   groups in flight per step / prompts_per_step (>= 1).
-optim:          AdamW: lr, schedule (constant | linear | cosine), warmup_steps,
-                b1, b2, eps, weight_decay, grad_clip (0 = off), end_lr_fraction.
-eval:           held-out evaluation: size prompts, greedy accuracy, and pass@k
-                for each k in `k` ("1,4") from n samples at `temperature`.
-sft:            supervised warm start (launch/sft.py): steps, batch_size, lr,
-                warmup_steps, weight_decay, grad_clip, eval_every.
-checkpoint:     fault tolerance (rl/loop.py, docs/fault_tolerance.md).
-  every            persistent Orbax checkpoint (params, optimizer, step, RNG
-                   keys, data position) in DIR/checkpoints every N steps and
-                   at the end (0 = only at the end and on preemption). A rerun
-                   on the same DIR resumes from the newest usable one.
-  keep             checkpoints kept (older ones are deleted).
-  asynchronous     write in the background (the step waits only for the copy).
-  snapshot_every   copy the state to host memory every N steps (0 = only at
-                   the start); a failed step (an exception, a NaN/inf loss or
-                   gradient norm) restores the newest snapshot, replays the
-                   steps after it (exactly: same data, same keys) and skips
-                   the batch the failed step consumed. A snapshot costs one
-                   copy of params + optimizer state (1-2.5% of a W1 step on
-                   a CPU), so the default takes one every 10 steps.
-  max_rollbacks    this many failed steps in a row stop the run (exit 1),
-                   with the last good state saved as a checkpoint.
-  abandon_after_s  after SIGTERM/SIGINT the running step may finish for this
-                   long; then (or on a second signal) it is abandoned and the
-                   newest snapshot is saved instead (0 = always finish it).
-fault:          fault injection for tests (rl/faults.py); refused unless
-                `enabled`: nan_at_step, raise_at_step, kill_at_step (SIGKILL),
-                term_at_step (SIGTERM) (0 = off), times (consecutive attempts
-                of that step the nan/raise hits).
-seed:           data order, sampling and minibatch shuffles.
-compilation_cache  JAX persistent compilation cache directory used by the
-                launch/ entry points ("" = off): a rerun with the same
-                shapes loads its XLA executables instead of compiling them.
-cpu_xla_flags   flags the launch/ entry points add to XLA_FLAGS when JAX runs
-                on the CPU only ("" = none; a flag already in XLA_FLAGS keeps
-                the user's value). The default turns off LLVM's loop-strength
-                reduction: the update compiles ~25% faster at equal speed.
+An option whose value is None keeps the default of the component it configures
+(an estimator, a loss, a verifier, a task, a selector, the tree sampler); setting
+an option the chosen component does not take is an error at start-up. Names,
+formulas and sources of every algorithm component: docs/algorithms.md.
 """
 
 import ml_collections
 from ml_collections import config_dict
+
+from configs import variants
 
 ARCHITECTURE_FIELDS = {
     "vocab_size": int, "hidden_size": int, "num_layers": int, "num_heads": int,
@@ -180,9 +26,11 @@ ARCHITECTURE_FIELDS = {
 }
 
 # LLVM's loop-strength reduction is ~18% of XLA:CPU compile time here and buys
-# W1 no runtime (see rl.build.configure_xla and benchmarks/RESULTS.md).
+# W1 no runtime (launch/runtime.py, benchmarks/RESULTS.md).
 CPU_XLA_FLAGS = "--xla_backend_extra_options=-disable-lsr"
 
+# logical axis -> comma-separated mesh axes ("" = replicated); a copy of
+# models.sharding's defaults (configs import no project code; a test checks they agree)
 DEFAULT_SHARDING_RULES = {
     "batch": "data,fsdp", "length": "", "embed": "fsdp", "mlp": "tensor",
     "heads": "tensor", "kv_heads": "tensor", "head_dim": "", "vocab": "tensor",
@@ -190,14 +38,23 @@ DEFAULT_SHARDING_RULES = {
 }
 
 
+def _options(**types) -> ml_collections.ConfigDict:
+    """A section of typed options, all None (= the component's default)."""
+    return ml_collections.ConfigDict(
+        {name: config_dict.placeholder(kind) for name, kind in types.items()})
+
+
 def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     model = ml_collections.ConfigDict()
-    model.preset = preset
-    model.hf_path = ""
-    model.dtype = "float32"
-    model.param_dtype = "float32"
-    model.scan_layers = True
-    model.remat = "none"
+    model.preset = preset      # a models.PRESETS name; used when hf_path is empty
+    model.hf_path = ""         # local Hugging Face directory: its config.json and weights
+    model.dtype = "float32"    # compute dtype: float32 | bfloat16 | float16
+    model.param_dtype = "float32"  # parameter storage dtype
+    model.scan_layers = True   # lax.scan over layers (compile time independent of depth)
+    model.remat = "none"       # backward rematerialisation: none | full | dots
+    # vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, mlp_dim,
+    # rope_theta, rms_norm_eps, tie_embeddings, max_position_embeddings: None keeps the
+    # preset's / checkpoint's value, anything else overrides it
     for name, kind in ARCHITECTURE_FIELDS.items():
         model[name] = config_dict.placeholder(kind)
     return model
@@ -205,69 +62,106 @@ def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
 
 def mesh_section() -> ml_collections.ConfigDict:
     mesh = ml_collections.ConfigDict()
-    mesh.data = -1
-    mesh.fsdp = 1
-    mesh.tensor = 1
+    mesh.data = -1   # data-parallel axis size; one axis may be -1 (= the remaining devices)
+    mesh.fsdp = 1    # fully-sharded data-parallel axis size
+    mesh.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
+    # rules.<logical axis>: the mesh axes it is split over, for batch, length, embed,
+    # mlp, heads, kv_heads, head_dim, vocab, layers, norm ("" = replicated)
     mesh.rules = ml_collections.ConfigDict(dict(DEFAULT_SHARDING_RULES))
     return mesh
 
 
-def _options(**types) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict(
-        {name: config_dict.placeholder(kind) for name, kind in types.items()})
-
-
 def rl_section() -> ml_collections.ConfigDict:
-    """Algorithm choice by name; None-valued options keep each component's default."""
+    """The algorithm, by name; None-valued options keep each component's default."""
     rl = ml_collections.ConfigDict()
+    # advantage.name: the estimator (grpo, dr_grpo, rloo, reinforce_pp,
+    # reinforce_pp_baseline, mc_grpo, tree); the other keys are its options
     rl.advantage = _options(eps=float, ddof=int, std_scope=str, baseline=bool, gamma=float,
                             scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool,
                             level=str)
     rl.advantage.name = "grpo"
+    # loss.name: the policy loss (ppo, gspo, gspo_token, nsr, cispo). Common to every
+    # loss: agg (aggregation mode), norm_length (constant length of dr_grpo's token
+    # sums), tis_cap / tis_mode (truncated importance sampling against the sampler's
+    # log-probs), entropy_coef. The loss's own: eps_low, eps_high, dual_clip,
+    # delta_low, delta_high, keep_prob, mode
     rl.loss = _options(agg=str, norm_length=float, tis_cap=float, tis_mode=str,
                        eps_low=float, eps_high=float, dual_clip=float, delta_low=float,
                        delta_high=float, keep_prob=float, mode=str)
     rl.loss.name = "ppo"
-    rl.loss.entropy_coef = 0.0
-    rl.kl = ml_collections.ConfigDict(
-        {"kind": "k3", "coef": 0.0, "clamp": config_dict.placeholder(float),
-         "in_reward": False})
-    rl.reference = ml_collections.ConfigDict({"offload": False})
+    rl.loss.entropy_coef = 0.0  # weight of an entropy bonus in the loss (0 = none)
+    rl.kl = ml_collections.ConfigDict()
+    rl.kl.kind = "k3"      # KL estimator against the reference: k1 | k2 | k3
+    rl.kl.coef = 0.0       # its weight; 0 = no KL and no reference model
+    rl.kl.clamp = config_dict.placeholder(float)  # clamp each token's estimate to ±clamp
+    rl.kl.in_reward = False  # subtract the KL from the reward instead of adding it to the loss
+    rl.reference = ml_collections.ConfigDict()
+    # keep the frozen reference in host memory (each device's pinned_host, sharded like
+    # the policy) and bring it to the devices only while it scores a batch
+    rl.reference.offload = False
+    # reweight.name: "" or a token reweighter (fipo, logp_reweight, divergence_weighted,
+    # delta_logp_mask); the other keys are its options
     rl.reweight = _options(c=float, form=str, gamma=float, clip_low=float, clip_high=float,
                            high_only=bool, neg_ratio_cap=float, ratio_mask=float, alpha=float,
                            divergence=str, quantile=float, start_step=int, method=str)
     rl.reweight.name = ""
-    rl.overlong = ml_collections.ConfigDict({"buffer": 0, "factor": 1.0, "filter": False})
+    rl.overlong = ml_collections.ConfigDict()
+    # DAPO's soft overlong penalty: the last `buffer` tokens before the completion
+    # limit cost up to -factor reward, linearly (0 = off)
+    rl.overlong.buffer = 0
+    rl.overlong.factor = 1.0
+    rl.overlong.filter = False  # leave completions cut at the limit out of the loss
+    # reward.name: a verifier (countdown, arithmetic, math, format) or several with
+    # weights ("math:1.0,format:0.1"); "" = the procedural task's own verifier
+    # (file and TFDS data must name one). The options (require_all, format_score,
+    # pattern, max_chars, answer_formats, search, fallback) go to the verifier that
+    # takes them.
     rl.reward = _options(require_all=bool, format_score=float, pattern=str, max_chars=int,
                          answer_formats=str, search=str, fallback=bool)
-    rl.reward.name = ""  # "" = the procedural task's own verifier
-    rl.reward.correct = ""  # "" = the only verifier named
+    rl.reward.name = ""
+    # the verifier whose score >= 1 is "correct" (accuracy, pass@k, dynamic sampling);
+    # "" = the only one named
+    rl.reward.correct = ""
+    # verifier processes for what leaves the trainer's process (the math verifier's
+    # library fallback), in parallel; 0 or 1 = one
     rl.reward.workers = 2
-    rl.reward.timeout_s = 5.0
+    rl.reward.timeout_s = 5.0  # hard limit per completion in those processes
     return rl
 
 
 def data_section() -> ml_collections.ConfigDict:
     data = ml_collections.ConfigDict()
-    data.source = "task"
+    data.source = "task"  # where prompts come from: task | jsonl | parquet | tfds
+    # task.name: a procedural task (countdown, arithmetic); the other keys are its options
     data.task = _options(num_numbers=int, max_number=int, max_target=int, digits=int, ops=str,
                          heldout_fraction=float, template=str, answer_template=str)
     data.task.name = "countdown"
-    data.train_size = 1_000_000
-    data.heldout_size = 200
-    data.path = ""
-    data.heldout_path = ""
-    data.tfds_name = ""
-    data.tfds_data_dir = ""
+    data.train_size = 1_000_000  # examples drawn from a task's train split
+    data.heldout_size = 200      # a task's held-out examples; for files, a cap on the rows
+    data.path = ""               # the train JSONL / Parquet file (source jsonl | parquet)
+    data.heldout_path = ""       # the held-out file ("" = none)
+    data.tfds_name = ""          # a prepared TFDS dataset, array_record format (source tfds)
+    data.tfds_data_dir = ""      # its data directory ("" = TFDS's default)
     data.tfds_split = "train"
-    data.tfds_heldout_split = "test"
-    data.template = "{prompt}"
-    data.answer_field = "answer"
-    data.uid_field = ""
+    data.tfds_heldout_split = "test"  # "" = none
+    data.template = "{prompt}"   # how a file / TFDS row becomes a prompt (its fields by name)
+    data.answer_field = "answer"  # the row field the verifier checks against
+    data.uid_field = ""          # a row field that names the example ("" = its index)
+    # render each prompt as a user message through the tokenizer's own chat template
+    # (chat_template.jinja or tokenizer_config.json's, as transformers renders it),
+    # assistant turn opened: for instruct checkpoints. Off: the raw text, after bos
+    # when the tokenizer has one (base models)
     data.chat_template = False
-    data.system_prompt = ""
-    data.tokenizer = ""
+    data.system_prompt = ""      # with chat_template: a system message first ("" = none)
+    data.tokenizer = ""          # tokenizer directory; "" = model.hf_path, else the byte tokenizer
+    # "weak,strong": two fields of each jsonl/parquet row holding offline pass rates in
+    # [0, 1] (BOTS's implicit evidence)
     data.pass_rate_fields = ""
+    # selector.name: which prompts a step trains on and how many rollouts each gets:
+    # uniform (the data order) | dars (extra rollouts for hard prompts; options
+    # schedule et|hw, n_max, normalized) | bots (Thompson selection from Beta
+    # pass-rate posteriors over the train pool; lam, rho, tau, prior, target,
+    # thompson, cap_ema)
     data.selector = _options(schedule=str, n_max=int, normalized=bool, lam=float, rho=float,
                              tau=float, prior=float, target=float, thompson=bool,
                              cap_ema=float)
@@ -277,15 +171,20 @@ def data_section() -> ml_collections.ConfigDict:
 
 def sampling_section() -> ml_collections.ConfigDict:
     s = ml_collections.ConfigDict()
-    s.sampler = "flat"
-    s.n = 8
+    s.sampler = "flat"     # flat | tree
+    s.n = 8                # samples per prompt (flat; the tree has tree.leaves_per_prompt)
     s.temperature = 1.0
-    s.top_k = 0
-    s.top_p = 1.0
-    s.min_p = 0.0
-    s.max_new_tokens = 64
-    s.page_size = 16
-    s.segment_len = 64
+    s.top_k = 0            # 0 = off
+    s.top_p = 1.0          # 1.0 = off
+    s.min_p = 0.0          # 0.0 = off
+    s.max_new_tokens = 64  # the completion limit
+    s.page_size = 16       # tokens per KV-cache page (flat and tree)
+    s.segment_len = 64     # flat: tokens per decode call, a multiple of page_size
+    # tree.<field>: sampling.TreeConfig's fields (None = its default). first_branching
+    # is "4" or a range "2,8". A leaf has at most tree.segment_len × tree.max_depth
+    # tokens, which may not exceed max_new_tokens; segment_len unset = max_new_tokens
+    # // max_depth (a multiple of page_size). stop_on_boxed and repetition_chars act on
+    # the detokenized text; repetition_ngram is the token check used without a tokenizer
     s.tree = _options(segment_len=int, max_depth=int, leaves_per_prompt=int,
                       first_branching=str, divergence=int, branch_policy=str,
                       policy_temperature=float, stop_on_boxed=bool, repetition_chars=int,
@@ -294,44 +193,117 @@ def sampling_section() -> ml_collections.ConfigDict:
 
 
 def train_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "steps": 100, "prompts_per_step": 8, "epochs": 1, "minibatches": 1,
-        "old_logp": "auto", "dynamic_sampling": False, "dynamic_max_rounds": 10,
-        "logits_chunk": 256, "log_every": 1, "eval_every": 10, "export_every": 0,
-        "warm_start": "", "tensorboard": True, "plot": True})
+    t = ml_collections.ConfigDict()
+    t.steps = 100            # RL steps
+    t.prompts_per_step = 8   # prompt groups a step trains on
+    t.epochs = 1             # PPO epochs over each batch
+    # optimizer steps per epoch, each on whole prompt groups (must divide
+    # prompts_per_step). With epochs × minibatches = 1 the update is on-policy (ratio 1):
+    # clip settings, gspo, nsr, cispo and fipo would do nothing and are refused
+    t.minibatches = 1
+    # π_old: auto (sampler in float32, recompute otherwise: in bfloat16 the sampler's and
+    # the learner's log-probs differ by rounding, docs/sampling.md) | sampler (needs
+    # top_k / top_p / min_p off) | recompute (a forward pass before the update; with
+    # top_k / top_p / min_p on it needs rl.loss.tis_cap)
+    t.old_logp = "auto"
+    # DAPO's filter: drop groups whose rewards all agree and sample more prompts, up to
+    # dynamic_max_rounds rounds, to refill the batch
+    t.dynamic_sampling = False
+    t.dynamic_max_rounds = 10
+    t.logits_chunk = 256     # completion positions per logits block in the learner
+    t.log_every = 1          # console progress line period (metrics.jsonl has every step)
+    t.eval_every = 10        # held-out eval period (0 = none during training; one at the end)
+    # also export the policy as DIR/exports/step_N every N steps (0 = none; DIR/final is
+    # always written)
+    t.export_every = 0
+    # "" | sft: first run the supervised warm start (sft.*, procedural tasks), written to
+    # DIR/sft and reused by a rerun with the same model, data, sft settings and seed
+    t.warm_start = ""
+    t.tensorboard = True     # write DIR/tensorboard (the `tensorboard` extra)
+    t.plot = True            # write DIR/progress.png (the `plots` extra)
+    return t
 
 
 def rollout_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({"april": False, "over_provision": 2.0})
+    r = ml_collections.ConfigDict()
+    # APRIL, active partial rollouts (flat sampling): ask for more prompt groups than a
+    # step trains on, stop the sampler once prompts_per_step groups have finished, carry
+    # the unfinished samples (with the log-probs of the policy that sampled each token)
+    # and the surplus finished groups to the next step
+    r.april = False
+    r.over_provision = 2.0  # APRIL: groups in flight per step / prompts_per_step (>= 1)
+    return r
 
 
 def optim_section(lr: float = 1e-6) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "lr": lr, "schedule": "constant", "warmup_steps": 0, "b1": 0.9, "b2": 0.999,
-        "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0, "end_lr_fraction": 0.0})
+    o = ml_collections.ConfigDict()
+    o.lr = lr                 # AdamW peak learning rate
+    o.schedule = "constant"   # after warmup: constant | linear | cosine
+    o.warmup_steps = 0        # linear warmup from 0 (optimizer steps)
+    o.b1 = 0.9
+    o.b2 = 0.999
+    o.eps = 1e-8
+    o.weight_decay = 0.0      # decoupled, on matrices only
+    o.grad_clip = 1.0         # global-norm clip (0 = off)
+    o.end_lr_fraction = 0.0   # linear / cosine: the final lr as a fraction of lr
+    return o
 
 
 def eval_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "size": 200, "k": "1,4", "n": 4, "temperature": 1.0, "batch_prompts": 64})
+    e = ml_collections.ConfigDict()
+    e.size = 200           # held-out prompts (greedy accuracy, pass@k)
+    e.k = "1,4"            # pass@k for each k
+    e.n = 4                # samples per prompt for pass@k
+    e.temperature = 1.0    # their sampling temperature
+    e.batch_prompts = 64   # prompts per generation call
+    return e
 
 
 def sft_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 20, "weight_decay": 0.0,
-        "grad_clip": 1.0, "eval_every": 100})
+    s = ml_collections.ConfigDict()
+    s.steps = 500          # supervised warm start (train.warm_start=sft, launch.sft)
+    s.batch_size = 32
+    s.lr = 1e-3            # AdamW, linear warmup then cosine decay to lr / 10
+    s.warmup_steps = 20
+    s.weight_decay = 0.0
+    s.grad_clip = 1.0
+    s.eval_every = 100     # held-out eval period (0 = only before and after)
+    # a directory of finished warm starts shared by runs ("" = off): a run whose warm
+    # start (same model, data, sft settings, seed) is there loads it instead of training
+    # one, and a run that trains one leaves it there; launch.sweep sets it
+    s.shared_dir = ""
+    return s
 
 
 def checkpoint_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "every": 50, "keep": 3, "asynchronous": True, "snapshot_every": 10, "max_rollbacks": 3,
-        "abandon_after_s": 20.0})
+    c = ml_collections.ConfigDict()
+    # an Orbax checkpoint (params, optimizer, step, PRNG keys, data position, selector
+    # state) in DIR/checkpoints every N steps and at the end (0 = only at the end and on
+    # preemption); a rerun on the same DIR resumes from the newest usable one
+    c.every = 50
+    c.keep = 3               # checkpoints kept (older ones are deleted)
+    c.asynchronous = True    # write in the background (the step waits only for the copy)
+    # copy the state to host memory every N steps (0 = only at the start); a failed step
+    # (an exception, a non-finite loss or gradient norm) restores the newest snapshot,
+    # replays the steps after it and skips the batch the failed step consumed. One copy of
+    # params + optimizer state costs 1-2.5% of a W1 step on a CPU
+    c.snapshot_every = 10
+    c.max_rollbacks = 3      # this many failed steps in a row stop the run (exit 1)
+    # after SIGTERM / SIGINT the running step may finish for this long; then (or on a
+    # second signal) it is abandoned and the newest snapshot saved (0 = always finish it)
+    c.abandon_after_s = 20.0
+    return c
 
 
 def fault_section() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "enabled": False, "nan_at_step": 0, "raise_at_step": 0, "kill_at_step": 0,
-        "term_at_step": 0, "times": 1})
+    f = ml_collections.ConfigDict()
+    f.enabled = False        # fault injection, for tests; the keys below are refused without it
+    f.nan_at_step = 0        # that step's advantages are NaN (0 = off)
+    f.raise_at_step = 0      # that step raises after its rollout
+    f.kill_at_step = 0       # SIGKILL to itself after that step's rollout
+    f.term_at_step = 0       # SIGTERM to itself there (a preemption)
+    f.times = 1              # consecutive attempts of that step the nan / raise fault hits
+    return f
 
 
 def build(preset: str = "tiny") -> ml_collections.ConfigDict:
@@ -349,35 +321,33 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.sft = sft_section()
     config.checkpoint = checkpoint_section()
     config.fault = fault_section()
-    config.seed = 0
+    config.seed = 0  # data order, sampling and minibatch shuffles
+    # JAX's persistent compilation cache for the launch/ entry points ("" = off): a rerun
+    # with the same shapes loads its XLA executables instead of compiling them
     config.compilation_cache = "~/.cache/rlvr_jax/xla"
+    # flags the entry points add to XLA_FLAGS when JAX runs on the CPU only ("" = none; a
+    # flag already in XLA_FLAGS keeps the user's value): no loop-strength reduction, the
+    # update compiles ~25% faster at equal speed
     config.cpu_xla_flags = CPU_XLA_FLAGS
     return config
 
 
 def parse_arg(arg: str | None, default_preset: str = "tiny") -> tuple[str, list[str]]:
-    """`"small,dapo"` -> ("small", ["dapo"]): each comma-separated token is a
-    model preset or an algorithm variant (configs/variants.py)."""
-    from configs import variants
-    from models.config import PRESETS
-
-    preset, chosen = default_preset, []
+    """`"small,dapo"` -> ("small", ["dapo"]): each comma-separated token is an algorithm
+    variant (configs/variants.py) or else a model preset, at most one (the entry points
+    check the preset's name before any compute)."""
+    presets, chosen = [], []
     for token in filter(None, (arg or "").split(",")):
-        if token in PRESETS:
-            preset = token
-        elif token in variants.VARIANTS:
-            chosen.append(token)
-        else:
-            raise ValueError(f"config argument {token!r} is neither a model preset "
-                             f"({', '.join(sorted(PRESETS))}) nor an algorithm variant "
-                             f"({', '.join(variants.VARIANTS)})")
-    return preset, chosen
+        (chosen if token in variants.VARIANTS else presets).append(token)
+    if len(presets) > 1:
+        raise ValueError(f"config argument names {len(presets)} model presets "
+                         f"({', '.join(presets)}); algorithm variants are "
+                         f"{', '.join(variants.VARIANTS)}")
+    return (presets[0] if presets else default_preset), chosen
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The locked base config. `arg`: comma-separated model preset and/or variant."""
-    from configs import variants
-
     preset, chosen = parse_arg(arg)
     config = build(preset)
     for name in chosen:

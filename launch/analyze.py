@@ -26,7 +26,12 @@ import tempfile
 
 from absl import flags
 
+from launch import runtime
 from launch.common import default_config_path, define_config_flag, define_workdir_flag, run
+from models import extras
+from rl.analysis import study as study_lib
+from rl.analysis.study import Settings
+from rl.train import build
 
 _CONFIG = define_config_flag("demo.py")
 _WORKDIR = define_workdir_flag("runs/analysis")
@@ -67,8 +72,6 @@ def _numbers(name: str, values, kind=float) -> tuple:
 
 
 def settings(cfg, max_new: int):
-    from rl.analysis.study import Settings
-
     return Settings(n=_SAMPLES.value, max_new_tokens=max_new, temperature=_TEMPERATURE.value,
                     top_p=_TOP_P.value, seed=cfg.seed, criteria=tuple(_CRITERIA.value),
                     budgets=_numbers("budgets", _BUDGETS.value),
@@ -81,12 +84,9 @@ def settings(cfg, max_new: int):
 
 def main(argv):
     del argv
-    from models import extras
-    from rl import build
-    from rl.analysis import study as study_lib
 
     cfg = _CONFIG.value
-    build.configure_xla(cfg.cpu_xla_flags)
+    runtime.configure_xla(cfg.cpu_xla_flags)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             if _SAMPLES.value < 1:

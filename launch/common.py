@@ -6,33 +6,58 @@ compute. A key that does not exist is named with its full path and the keys
 that do exist at that level.
 
 Stopping: during training steps, SIGTERM / Ctrl-C checkpoint the run
-(`rl.preemption`) and exit 0 / 130; a rerun of the same command resumes.
+(`rl.checkpoint.preemption`) and exit 0 / 130; a rerun of the same command resumes.
 Before the steps start they end the program with one line on stderr (exit
 status 143 / 130), not a traceback. A run stopped by repeated failed steps
-(`rl.loop.RunStopped`) exits 1; an unusable checkpoint exits 2.
+(`rl.checkpoint.loop.RunStopped`) exits 1; an unusable checkpoint exits 2.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging as pylogging
 import os
+import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 
+import jax
 from absl import app, flags
+from ml_collections import config_flags
+
+import configs
+import models
+from configs import variants
+from launch import distributed, runtime
+from models import multihost
+from rl.checkpoint import persistent
+from rl.checkpoint.loop import RunStopped
+from rl.checkpoint.persistent import CheckpointError
+from rl.checkpoint.preemption import Preempted
+from rl.train import build, memory_plan, sft
+from rl.train import trainer as trainer_lib
+from rl.train.logs import RunLog, plot
 
 
 def load_config_file(spec: str):
-    """Imports `path.py[:arg]` and returns its `get_config(arg)`."""
-    import configs
-
+    """Imports `path.py[:arg]` and returns its `get_config(arg)`, its model preset checked
+    (config files take any token that is not an algorithm variant as a preset)."""
     path, _, arg = spec.partition(":")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"config file {path} does not exist")
+    if not os.path.isfile(path):
+        what = "is a directory (expected a .py file)" if os.path.isdir(path) else "does not exist"
+        raise FileNotFoundError(f"config file {path} {what}")
     module = configs.import_file(path)
-    return module.get_config(arg) if arg else module.get_config()
+    config = module.get_config(arg) if arg else module.get_config()
+    preset = config.get("model", {}).get("preset") if hasattr(config, "get") else None
+    if preset is not None and preset not in models.PRESETS:
+        where = (f"config argument {preset!r}" if preset in arg.split(",")
+                 else f"model.preset {preset!r}")
+        raise ValueError(f"{where} is neither a model preset ({', '.join(sorted(models.PRESETS))})"
+                         f" nor an algorithm variant ({', '.join(variants.VARIANTS)})")
+    return config
 
 
 def _config_spec(argv: Sequence[str], flag: str = "config") -> str | None:
@@ -68,8 +93,10 @@ def unknown_override(argv: Sequence[str], flag: str = "config") -> str | None:
 
 def _flags_parser(argv: list[str]) -> list[str]:
     spec = _config_spec(argv)
-    if spec is not None and not os.path.exists(spec.partition(":")[0]):
-        print(f"error: config file {spec.partition(':')[0]} does not exist", file=sys.stderr)
+    path = spec.partition(":")[0] if spec is not None else None
+    if path is not None and not os.path.isfile(path):
+        what = "is a directory (expected a .py file)" if os.path.isdir(path) else "does not exist"
+        print(f"error: config file {path} {what}", file=sys.stderr)
         sys.exit(2)
     if spec is not None:
         try:  # config_flags would wrap this error in a multi-line message
@@ -94,8 +121,6 @@ def _flags_parser(argv: list[str]) -> list[str]:
 def define_config_flag(default_file: str = "demo.py"):
     """The `--config` flag of an entry point; `run(main, default_config_path(default_file))`
     supplies the default (see `run` for why the flag itself has none)."""
-    from ml_collections import config_flags
-
     return config_flags.DEFINE_config_file(
         "config", None,
         f"Config file `path.py[:arg]` (default configs/{default_file}); override any key "
@@ -117,7 +142,6 @@ def define_workdir_flag(default: str | None = None):
 
 def default_config_path(name: str = "base.py") -> str:
     """Path of a config file shipped in the `configs` package."""
-    import configs
     return os.path.join(os.path.dirname(os.path.abspath(configs.__file__)), name)
 
 
@@ -132,13 +156,8 @@ def _raise_terminated(signum, frame):
 
 def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
     """`main` that ends with one line on stderr on Ctrl-C or SIGTERM."""
-
     @functools.wraps(main)
     def wrapped(argv):
-        from rl.checkpoint import CheckpointError
-        from rl.loop import RunStopped
-        from rl.preemption import Preempted
-
         signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return main(argv)
@@ -191,8 +210,6 @@ RUN_OUTPUTS = ("checkpoints", "sft_checkpoints", "metrics.jsonl", "sft_metrics.j
 
 def start_fresh(workdir: str) -> list[str]:
     """Deletes a previous run's outputs in `workdir` (`RUN_OUTPUTS`); returns them."""
-    import shutil
-
     removed = []
     for name in RUN_OUTPUTS:
         path = os.path.join(workdir, name)
@@ -210,15 +227,12 @@ def check_resume(run_, workdir: str, *, for_sft: bool) -> None:
     """Before any compute: refuses a config that cannot resume the workdir's
     checkpoints (raises CheckpointError naming the keys), and ends the program
     (exit 0) when the RL checkpoints are already at `train.steps`, printing so."""
-    from rl import checkpoint, sft
-    from rl.logs import RunLog
-
     cfg = run_.cfg
     if for_sft or cfg.train.warm_start == "sft":
-        checkpoint.check_resume(os.path.join(workdir, "sft_checkpoints"), sft.fingerprint(run_))
+        persistent.check_resume(os.path.join(workdir, "sft_checkpoints"), sft.fingerprint(run_))
     if for_sft:
         return
-    meta = checkpoint.check_resume(os.path.join(workdir, "checkpoints"), cfg)
+    meta = persistent.check_resume(os.path.join(workdir, "checkpoints"), cfg)
     steps = cfg.train.steps
     if meta is None or meta["step"] is None or meta["step"] < steps:
         return
@@ -236,21 +250,15 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     error, exit 2, before any compute), checks that it may resume the workdir's
     checkpoints (`fresh`: deletes them and the logs first, saying so; `resume`
     False: the entry point does not train), prints the RL step's memory plan and
-    refuses a run that cannot fit its devices (`rl.memory_plan.preflight`), writes
+    refuses a run that cannot fit its devices (`rl.train.memory_plan.preflight`), writes
     DIR/config.json, builds the policy. `for_sft`: the entry point is the
     supervised warm start; `logs`: it writes TensorBoard files / a plot when the
     config asks (their extras must be installed); `init` False: no policy is
     built (params None)."""
-    import json
-
-    from launch import distributed
-    from models import multihost
-    from rl import build, memory_plan
-
     try:
         if os.path.exists(workdir) and not os.path.isdir(workdir):
             raise ValueError(f"--workdir {workdir} exists and is not a directory")
-        build.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
+        runtime.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
         distributed.init()
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
         if logs:
@@ -264,7 +272,7 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
             check_resume(run_, workdir, for_sft=for_sft)
         if resume and init and not for_sft:  # an RL run: does its step fit the devices?
             memory_plan.preflight(run_)  # prints the plan; refuses in one line
-        build.enable_compilation_cache(cfg.compilation_cache)
+        runtime.enable_compilation_cache(cfg.compilation_cache)
         os.makedirs(workdir, exist_ok=True)
         if multihost.is_primary():
             with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -291,15 +299,6 @@ def train(run_, params, workdir: str) -> dict:
     """The training entry points' job: the supervised warm start when the config
     asks for one (`train.warm_start`), then RL, then DIR/progress.png; progress
     on stdout. Returns the trainer's {"before", "after"} held-out summary."""
-    import time
-
-    import jax
-
-    from models import multihost
-    from rl import sft
-    from rl import trainer as trainer_lib
-    from rl.logs import plot
-
     cfg, mc, start = run_.cfg, run_.model_config, time.perf_counter()
     name = cfg.model.hf_path or cfg.model.preset
     print(f"model: {name} ({mc.num_params() / 1e6:.2f}M params) on {jax.device_count()} "

@@ -5,7 +5,7 @@
 
 `launch.train` with the demo config (configs/demo.py) and workdir runs/demo:
 1. builds the `tiny` preset (4.07M params) from the seed and the byte tokenizer;
-2. supervised warm start on task solutions (`sft.*`, rl/sft.py), or reuses
+2. supervised warm start on task solutions (`sft.*`, rl/train/sft.py), or reuses
    DIR/sft from an earlier run of the same settings;
 3. RL with the config's algorithm (GRPO by default; `:variant` picks another);
 4. writes DIR/metrics.jsonl, DIR/sft_metrics.jsonl, DIR/tensorboard/,

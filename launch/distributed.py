@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+import jax
 from absl import flags
 
 _FLAGS: dict = {}
@@ -62,8 +63,6 @@ def init() -> bool:
     the environment describes several processes; returns whether it did. Must run
     before anything starts a JAX backend. Processes other than 0 then print nothing
     on stdout (warnings and errors still go to stderr)."""
-    import jax
-
     values = {k: v.value for k, v in _FLAGS.items()}
     explicit = {k: v for k, v in values.items() if v is not None}
     if explicit:

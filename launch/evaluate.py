@@ -21,10 +21,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
+import jax
 from absl import flags
 
+from launch import runtime
 from launch.common import default_config_path, define_config_flag, prepare, run
+from rl.train import build, evaluation
 
 _CONFIG = define_config_flag("demo.py")
 _CHECKPOINT = flags.DEFINE_string(
@@ -37,15 +41,10 @@ _OUTPUT = flags.DEFINE_string("output", "", "Also write the metrics to this JSON
 
 def main(argv):
     del argv
-    import tempfile
-
-    import jax
-
-    from rl import build, evaluation
 
     cfg = _CONFIG.value
     path = _CHECKPOINT.value
-    build.configure_xla(cfg.cpu_xla_flags)  # before reading a checkpoint starts JAX
+    runtime.configure_xla(cfg.cpu_xla_flags)  # before reading a checkpoint starts JAX
     orbax = build.checkpoint_dir(path) if path else None  # a workdir's checkpoints first
     if orbax:
         try:

@@ -18,7 +18,10 @@ import sys
 
 from absl import flags
 
+from configs.base import CPU_XLA_FLAGS
+from launch import runtime
 from launch.common import run
+from rl.train import build
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (or its checkpoints/ "
                                "directory).", required=True)
@@ -31,11 +34,8 @@ _SFT = flags.DEFINE_bool("sft", False, "Export the supervised warm start's check
 
 def main(argv):
     del argv
-    from rl import build
 
-    from configs.base import CPU_XLA_FLAGS
-
-    build.configure_xla(CPU_XLA_FLAGS)  # before reading the checkpoint starts JAX
+    runtime.configure_xla(CPU_XLA_FLAGS)  # before reading the checkpoint starts JAX
     workdir = _WORKDIR.value
     directory = (os.path.join(workdir, "sft_checkpoints") if _SFT.value
                  else build.checkpoint_dir(workdir))

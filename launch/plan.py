@@ -4,7 +4,7 @@ r"""Memory plan of an RL step: `python -m launch.plan --config=configs/<x>.py[:a
     python -m launch.plan --config=configs/base.py:qwen2.5-7b --devices=8 \
         --accelerator=h100-80gb --config.mesh.fsdp=8 --config.model.dtype=bfloat16
 
-Prints each term of the step's memory per device (rl/memory_plan.py: the formulas) and, with
+Prints each term of the step's memory per device (rl/train/memory_plan.py: the formulas) and, with
 `--accelerator`, whether it fits. `--devices=N` plans the config's mesh section on N devices
 (one mesh axis may be -1) instead of this machine's: no jax Mesh of that size is built.
 Nothing is computed and no parameters are built. Exit status: 0 when the plan fits (or no
@@ -17,9 +17,10 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from absl import flags
+from absl import flags, logging
 
 from launch.common import default_config_path, define_config_flag, run
+from rl.train import build, memory_plan
 
 _CONFIG = define_config_flag("base.py")
 _ACCELERATOR = flags.DEFINE_string(
@@ -33,9 +34,6 @@ _DEVICES = flags.DEFINE_integer(
 
 def main(argv):
     del argv
-    from absl import logging
-
-    from rl import build, memory_plan
 
     logging.set_verbosity(logging.ERROR)  # replication notes of the planned tensors
     cfg = _CONFIG.value

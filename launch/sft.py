@@ -5,7 +5,7 @@
         --config.model.hf_path=/tmp/sft/sft --config.train.warm_start=
 
 Trains `sft.steps` steps of next-token loss on `prompt + solution + eos`
-(rl/sft.py), prints held-out greedy accuracy before and after, and writes
+(rl/train/sft.py), prints held-out greedy accuracy before and after, and writes
 the model with its tokenizer as a Hugging Face directory DIR/sft, plus
 DIR/sft_metrics.jsonl and DIR/tensorboard/sft. A finished DIR/sft of the
 same settings is reused, not retrained. `launch.train` with
@@ -27,6 +27,7 @@ from launch.common import (
     print_heldout,
     run,
 )
+from rl.train import sft
 
 _CONFIG = define_config_flag("demo.py")
 _FRESH = define_fresh_flag()
@@ -36,7 +37,6 @@ distributed.define_flags()
 
 def main(argv):
     del argv
-    from rl import sft
 
     run_, params = prepare(_CONFIG.value, _WORKDIR.value, for_sft=True,
                            fresh=_FRESH.value)

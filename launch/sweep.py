@@ -30,6 +30,11 @@ import time
 
 from absl import app, flags
 
+from launch.common import load_config_file
+from models import extras
+from rl import sweeps
+from rl.train import logs
+
 _CONFIG = flags.DEFINE_string("config", None, "Sweep file `path.py[:arg]` defining "
                               "get_config(arg) and get_sweep(arg).", required=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (created): runs/<name>/ "
@@ -46,8 +51,6 @@ _STATUS_EVERY = 30.0  # seconds between progress lines while runs are going
 
 def command(path: str, arg: str, workdir: str, run: dict) -> list[str]:
     """The launch.train command line of one run."""
-    from rl import sweeps
-
     spec = f"{path}:{arg}" if arg else path
     return [sys.executable, "-m", "launch.train", f"--config={spec}",
             f"--workdir={sweeps.run_dir(workdir, run)}",
@@ -55,13 +58,11 @@ def command(path: str, arg: str, workdir: str, run: dict) -> list[str]:
 
 
 def done(workdir: str, run: dict) -> bool:
-    from rl import sweeps
     return os.path.exists(os.path.join(sweeps.run_dir(workdir, run), "DONE"))
 
 
 def progress(workdir: str, run: dict) -> str:
     """`name step k` from the run's metrics.jsonl (its last logged step)."""
-    from rl import logs, sweeps
     path = os.path.join(sweeps.run_dir(workdir, run), "metrics.jsonl")
     try:
         steps = [r["step"] for r in logs.metric_records(logs.read(path))]
@@ -105,9 +106,6 @@ class Pool:
 
 def main(argv):
     del argv
-    from launch.common import load_config_file
-    from models import extras
-    from rl import sweeps
 
     try:
         sweep = sweeps.load(_CONFIG.value)

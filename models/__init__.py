@@ -15,11 +15,13 @@ Stable public API (other packages and external checks call these):
         page attention: models.paged_attention)
 """
 
-from models.config import PRESETS, ModelConfig, RopeScaling, from_config_section, get_preset
+from models.config import PRESETS, ModelConfig, RopeScaling, get_preset
+from models.from_config import from_config_section
 from models.hf_io import load_pretrained, read_config, save_pretrained
 from models.params import init, param_axes, param_shapes, param_specs
 from models.safetensors_io import CheckpointError
 from models.shared_prefix import shared_prefix_hidden_states
+from models.tokenizer import load_tokenizer
 from models.transformer import (
     apply,
     fuse_layers,
@@ -28,13 +30,6 @@ from models.transformer import (
     output_matrix,
     run_layers,
 )
-
-
-def load_tokenizer(path):
-    """Loads `tokenizer.json` or a SentencePiece `.model` from a local directory."""
-    from models.tokenizer import load_tokenizer as _load
-    return _load(path)
-
 
 __all__ = [
     "CheckpointError", "ModelConfig", "PRESETS", "RopeScaling", "apply", "from_config_section",

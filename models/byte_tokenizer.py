@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PAD_ID, BOS_ID, EOS_ID = 256, 257, 258
 
@@ -39,8 +41,6 @@ def byte_alphabet() -> list[str]:
 
 def save_byte_tokenizer(path: str | os.PathLike) -> Path:
     """Writes the byte tokenizer into directory `path` (created) and returns it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     vocab = {char: i for i, char in enumerate(byte_alphabet())}

@@ -198,24 +198,3 @@ def get_preset(name: str, **overrides: Any) -> ModelConfig:
 def as_dict(section: Any) -> dict:
     """A config section (ConfigDict or any mapping) as a plain dict (one level)."""
     return dict(section.items()) if hasattr(section, "items") else dict(section)
-
-
-def from_config_section(section: Any) -> ModelConfig:
-    """`ModelConfig` from a `config.model` section (a ConfigDict or mapping).
-
-    The preset (or, when `hf_path` is set, that checkpoint's config.json) gives
-    the architecture; keys set to anything but None override it.
-    """
-    values = as_dict(section)
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = set(values) - {"preset", "hf_path"} - fields
-    if unknown:
-        raise KeyError(f"unknown key(s) in the model config section: {sorted(unknown)}")
-    if values.get("hf_path"):
-        from models.hf_io import read_config  # local: avoids an import cycle
-        base = read_config(values["hf_path"])
-    else:
-        base = get_preset(values.get("preset", "tiny"))
-    overrides = {k: v for k, v in values.items()
-                 if k not in ("preset", "hf_path") and v is not None}
-    return base.replace(**overrides)

@@ -25,9 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from models import multihost
+from models import multihost, safetensors_io, sharding
 from models import params as params_lib
-from models import safetensors_io
 from models.config import DTYPES, ModelConfig
 from models.hf_config import config_from_hf, config_to_hf
 from models.safetensors_io import CheckpointError
@@ -173,7 +172,6 @@ def load_pretrained(path: str | os.PathLike, dtype=jnp.float32, *, mesh=None, ru
 
     shardings = None
     if mesh is not None:
-        from models import sharding  # local: sharding is optional for loading
         shardings = sharding.param_shardings(config, mesh, rules)
     np_dtype = np.dtype(jnp.dtype(dtype))
     out: dict = {"layers": {}}

@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 
 def process_count() -> int:
@@ -39,7 +40,6 @@ def _leaf_to_host(x):
         return np.asarray(x)
     if x.is_fully_replicated:  # every process holds the whole array
         return np.asarray(x.addressable_data(0))
-    from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
@@ -70,7 +70,6 @@ def allgather_bytes(data: bytes) -> list[bytes]:
     """Each process's `data`, in process order (a collective; `[data]` in one process)."""
     if jax.process_count() == 1:
         return [data]
-    from jax.experimental import multihost_utils
     mine = np.frombuffer(data, np.uint8)
     sizes = multihost_utils.process_allgather(np.array([mine.size], np.int64))
     width = max(int(np.max(sizes)), 1)
@@ -88,7 +87,6 @@ def allgather_json(items: list) -> list[list]:
 def sync(name: str) -> None:
     """All processes wait here until each has reached `name` (no-op in one process)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(name)
 
 

@@ -29,7 +29,10 @@ from typing import Any, Sequence
 
 import jinja2
 import jinja2.ext
+import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from models import extras
 
 __all__ = ["Tokenizer", "HFTokenizer", "SentencePieceTokenizer", "ChatTemplateError", "load_tokenizer"]
 
@@ -236,8 +239,6 @@ class HFTokenizer(Tokenizer):
     """Backend for ``tokenizer.json`` via the Rust ``tokenizers`` library."""
 
     def __init__(self, path: Path, tokenizer_file: Path) -> None:
-        import tokenizers
-
         try:
             self._tok = tokenizers.Tokenizer.from_file(str(tokenizer_file))
         except Exception as e:  # tokenizers raises a bare Exception on parse errors
@@ -284,8 +285,6 @@ class SentencePieceTokenizer(Tokenizer):
     """Backend for a SentencePiece ``.model`` file; BOS/EOS follow tokenizer_config ``add_bos/eos_token``."""
 
     def __init__(self, path: Path, model_file: Path) -> None:
-        from models import extras
-
         sentencepiece = extras.require("sentencepiece", "sentencepiece",
                                        "a SentencePiece tokenizer (tokenizer.model)")
         self._sp = sentencepiece.SentencePieceProcessor()

@@ -75,6 +75,13 @@ class Registry(Generic[F]):
         return iter(self.names())
 
 
+def set_options(section: Any, exclude: tuple[str, ...] = ("name",)) -> dict[str, Any]:
+    """The keys of a config section (a ConfigDict or mapping) whose value is not None,
+    minus `exclude`: the options a component is given (None keeps its default)."""
+    items = section.items() if hasattr(section, "items") else dict(section).items()
+    return {k: v for k, v in items if v is not None and k not in exclude}
+
+
 def check_kwargs(kind: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any],
                  reserved: tuple[str, ...] = ()) -> None:
     """Raises RegistryError naming any key of `kwargs` that `fn` does not accept.

@@ -8,7 +8,7 @@ A sweep file is a config file (`get_config(arg)`) that also defines
              aggregated (mean ± std), e.g. the seeds of one method;
     any other key: a config override, "rl.loss.name": "ppo", "seed": 1, ...
 
-`with_seeds(arms, seeds)` expands arms into one run per seed (name
+`configs.with_seeds(arms, seeds)` expands arms into one run per seed (name
 `<arm>-s<seed>`, group `<arm>`, override `seed`). `launch.sweep` runs them;
 `summarize(workdir, runs)` writes DIR/results.csv (one row per run),
 DIR/results.md (mean ± std per group; only numbers that are a function of the
@@ -46,12 +46,12 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import configs
 from models import extras
-from rl import logs
+from rl.train import logs
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED = ("name", "group")
@@ -63,12 +63,6 @@ TIMING = ("wall_s", "wall_to_target_s")
 
 class SweepError(ValueError):
     """A sweep file or its runs are malformed (one-line message)."""
-
-
-def with_seeds(arms: Iterable[Mapping[str, Any]], seeds: Sequence[int]) -> list[dict]:
-    """One run per (arm, seed): name `<arm>-s<seed>`, group `<arm>`, override `seed`."""
-    return [{**arm, "name": f"{arm['name']}-s{seed}", "group": arm["name"], "seed": seed}
-            for arm in arms for seed in seeds]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -236,11 +236,9 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     pages = state.pages
     s = pages.row_group.shape[0]
     pad = jnp.int32(models_[0][0].pad_token_id or 0)
-    stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
     decoders = [(params if sharding is not None
                   else dict(params, layers=models.fuse_layers(config, params["layers"])),
                   models.output_matrix(config, params)) for config, params in models_]
-    call_rng = jax.random.fold_in(rng, call)
     out = DecodeOutput(
         tokens=jnp.full((s, steps), pad, jnp.int32),
         logprobs=jnp.zeros((s, steps), jnp.float32),
@@ -249,39 +247,65 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
         finish=jnp.full(s, RUNNING, jnp.int32),
         steps=jnp.int32(0),
         extra={name: jnp.zeros((s, steps), dtype) for name, dtype in (columns or {}).items()})
-    ps = caches[0].page_size
     pools = tuple((c.k, c.v) for c in caches)
-    # With no group of two rows nothing is shared: each row's context is its
-    # own distinct pages, and copying them once per call into a dense view
-    # costs no more memory than the pages themselves while sparing a page
-    # gather per step (docs/sampling.md: 6.24 s gathered vs 4.53 s viewed on
-    # 64 × 128 × 256 on XLA:CPU).
-    if pages.group_rows.shape[1] == 1:
-        attention = "dense_view"
-    if attention == "dense_view":
-        # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
-        tails = tuple(_views(c, pages) for c in caches)
-        before = tails[0][0].shape[-1] - steps  # view slots before the call's tokens
-        slots = jnp.arange(before + steps, dtype=jnp.int32)
-        shared = ((slots[None] < pages.group_tables.shape[1] * ps)
-                  & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
-    else:  # the call's own tokens: [L, S, K, Dh, steps] / [L, S, K, steps, Dh]
-        before = 0
-        tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
+    attend_for, tails, before = _attention(caches, pools, pages, steps, attention)
     pools, tails = shard_pool(pools, sharding), shard_pool(tails, sharding)
-    carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
+    body = _decode_body(models_, decoders, pools, attend_for, pick,
+                        jax.random.fold_in(rng, call),
+                        jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32), pad,
+                        state.positions, before, sharding)
     limit = jnp.minimum(jnp.int32(steps), limit)
-
-    def attend_for(i, pool, tail):
-        if attention != "dense_view":
-            return paged_attention.decode_attend(pages, i, pool, tail)
-        mask = shared | ((slots[None] >= pages.group_tables.shape[1] * ps)
-                         & (slots[None] < before + i))
-        return paged_attention.view_attend(mask, tail)
 
     def cond(carry):
         i, _, done, *_ = carry
         return (i < limit) & ~jnp.all(done)
+
+    carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
+    _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
+    # the call's tokens go to their pages (the dense views' last `steps` columns)
+    caches = tuple(KVCache(*paged_attention.write_tail(
+        pool, (tail[0][..., before:], tail[1][:, :, :, before:]), pages, ~state.done))
+        for pool, tail in zip(pools, tails, strict=True))
+    return out, hiddens, caches, extra
+
+
+def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attention: str):
+    """(attend_for(i, pool, tail), the per-row tails, the tail slots before the call's
+    tokens) of the decode's attention.
+
+    With no group of two rows nothing is shared: each row's context is its own
+    distinct pages, and copying them once per call into a dense view costs no more
+    memory than the pages themselves while sparing a page gather per step
+    (docs/sampling.md: 6.24 s gathered vs 4.53 s viewed on 64 × 128 × 256 on XLA:CPU).
+    """
+    if pages.group_rows.shape[1] == 1:
+        attention = "dense_view"
+    if attention != "dense_view":  # the call's own tokens: [L, S, K, Dh, steps] / [.., Dh]
+        tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
+        return (lambda i, pool, tail: paged_attention.decode_attend(pages, i, pool, tail),
+                tails, 0)
+    # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
+    ps = caches[0].page_size
+    tails = tuple(_views(c, pages) for c in caches)
+    before = tails[0][0].shape[-1] - steps  # view slots before the call's tokens
+    slots = jnp.arange(before + steps, dtype=jnp.int32)
+    group_end = pages.group_tables.shape[1] * ps
+    shared = ((slots[None] < group_end)
+              & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
+
+    def attend_for(i, pool, tail):
+        del pool
+        mask = shared | ((slots[None] >= group_end) & (slots[None] < before + i))
+        return paged_attention.view_attend(mask, tail)
+
+    return attend_for, tails, before
+
+
+def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Callable,
+                 pick: Callable, call_rng: jax.Array, stops: jax.Array, pad: jax.Array,
+                 positions: jax.Array, before, sharding: ActivationSharding | None):
+    """The `while_loop` body of `decode_loop`: one token for every running row."""
+    s = positions.shape[0]
 
     def body(carry):
         i, hiddens, done, out, extra, tails = carry
@@ -296,8 +320,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
             raw_logprobs=_set_column(out.raw_logprobs, raw, i, active, 0.0),
             num_tokens=out.num_tokens + active, steps=i + 1,
             extra={k: _set_column(out.extra[k], values[k], i, active, 0) for k in out.extra})
-        positions = (state.positions + i)[:, None]
-        stepped = [models.run_layers(config, fused, token[:, None], positions,
+        stepped = [models.run_layers(config, fused, token[:, None], (positions + i)[:, None],
                                      attend_for(i, pool, tail),
                                      paged_attention.new_kv(pool, s), scan=True,
                                      sharding=sharding)
@@ -312,12 +335,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
                            sharding)
         return i + 1, hiddens, done | stopped, out, extra, tails
 
-    _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
-    # the call's tokens go to their pages (the dense views' last `steps` columns)
-    caches = tuple(KVCache(*paged_attention.write_tail(
-        pool, (tail[0][..., before:], tail[1][:, :, :, before:]), pages, ~state.done))
-        for pool, tail in zip(pools, tails, strict=True))
-    return out, hiddens, caches, extra
+    return body
 
 
 def _set_column(buf: jax.Array, x: jax.Array, i, active: jax.Array, fill) -> jax.Array:

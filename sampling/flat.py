@@ -11,7 +11,7 @@ for its completion, so no KV data is ever copied. Then one jitted
 `while_loop` decodes all samples until each hits a stop token (the model's
 eos ids plus `stop_token_ids`) or `max_new_tokens`.
 
-Two options serve partial rollouts (APRIL, `rl.april`): `stop_when(done)` is
+Two options serve partial rollouts (APRIL, `rl.train.april`): `stop_when(done)` is
 asked after every decode segment whether to stop early (the unfinished rows
 are returned with finish reason "partial"), and `max_new_tokens_per_row`
 gives each row its own token budget (a resumed partial row has only what its
@@ -103,22 +103,10 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     token came first); see the module docstring. Stats add stopped_early (0/1),
     partial_rows and cut_tokens (tokens generated past a budget and dropped).
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if page_size < 1 or segment_len < 1 or segment_len % page_size:
-        raise ValueError(f"segment_len ({segment_len}) must be a positive multiple of "
-                         f"page_size ({page_size})")
+    check_layout(n, page_size, segment_len)
     config = configs[0]
     prompts = engine.check_prompts(config, prompts)
-    if share_prompts:
-        distinct: dict[tuple[int, ...], int] = {}
-        which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-        unique = [list(p) for p in distinct]
-        sample_source = np.repeat(which, n)
-    else:  # one prefill row per sample
-        unique = [p for p in prompts for _ in range(n)]
-        sample_source = np.arange(len(unique))
-
+    unique, sample_source = _distinct(prompts, n, share_prompts)
     b = len(unique)
     rows_b = engine.next_pow2(b)
     prompt_pages = engine.prompt_bucket(max(map(len, unique)), page_size) // page_size
@@ -126,38 +114,86 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     r = len(prompts) * n
     rows = engine.row_bucket(r)
-    budget = np.full(rows, sp.max_new_tokens, np.int64)  # padding rows: never limiting
-    if max_new_tokens_per_row is not None:
-        given = np.asarray(max_new_tokens_per_row)
-        if (given.shape != (r,) or not np.issubdtype(given.dtype, np.integer)
-                or np.any(given < 1) or np.any(given > sp.max_new_tokens)):
-            raise ValueError(f"max_new_tokens_per_row must be {r} ints in [1, "
-                             f"{sp.max_new_tokens}], got shape {given.shape} {given.dtype}")
-        budget[:r] = given
+    budget = _budgets(max_new_tokens_per_row, r, rows, sp.max_new_tokens)
     pool = PagePool(1 + rows_b * prompt_pages + rows * gen_pages)
 
     source = np.zeros(rows, np.int32)  # distinct prompt of each row
     source[:r] = sample_source
     layout = engine.layout_prompts(pool, unique, page_size, config.pad_token_id or 0)
     hidden, carry = prefill(pool.num_pages, layout, source)
-    prompt_tables, offsets, slots = layout.tables, layout.offsets, layout.slots
-
-    real = np.arange(rows) < r
     for row in range(r):
-        pool.retain(prompt_tables[source[row]])
-    pool.release(prompt_tables[:b].ravel())  # the samples now hold the prompt pages
+        pool.retain(layout.tables[source[row]])
+    pool.release(layout.tables[:b].ravel())  # the samples now hold the prompt pages
 
-    # Decode in segments: each call attends over the pages written so far
-    # (the prompt's, read once per group, + the row's earlier segments)
-    # instead of the whole max length.
+    outputs, own, done, stopped_early = _decode_segments(
+        decode, pool, layout, source, hidden, carry, budget, r, sp.max_new_tokens,
+        segment_len, page_size, stop_when)
+    for row in range(r):
+        pool.release(np.concatenate([layout.tables[source[row]], own[row]]))
+    if pool.used_pages:
+        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+
+    out = engine.concat_outputs(outputs)
+    stats = {"prefill_tokens": int(sum(map(len, unique))), "prefill_slots": rows_b * layout.slots,
+             "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
+             "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
+             "kv_pages": pool.num_pages,
+             "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs),
+             "stopped_early": int(stopped_early)}
+    return _rollouts(out, budget[:r], done[:r], len(prompts), n, sp.max_new_tokens,
+                     np.int32(config.pad_token_id or 0), stats)
+
+
+def check_layout(n: int, page_size: int, segment_len: int) -> None:
+    """The flat sampler's shape rules (ValueError naming the one broken); run by the
+    sampler and, on the config's values, by the trainer's start-up checks."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if page_size < 1 or segment_len < 1 or segment_len % page_size:
+        raise ValueError(f"segment_len ({segment_len}) must be a positive multiple of "
+                         f"page_size ({page_size})")
+
+
+def _distinct(prompts: list[list[int]], n: int, share: bool) -> tuple[list, np.ndarray]:
+    """(the prompts to prefill, the prefilled prompt of each of the len(prompts)·n rows):
+    each distinct prompt once when `share`, else one copy per sample."""
+    if not share:
+        unique = [p for p in prompts for _ in range(n)]
+        return unique, np.arange(len(unique))
+    distinct: dict[tuple[int, ...], int] = {}
+    which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    return [list(p) for p in distinct], np.repeat(which, n)
+
+
+def _budgets(given, r: int, rows: int, max_new: int) -> np.ndarray:
+    """[rows] token budgets: `given` (`max_new_tokens_per_row`, [r] ints in [1, max_new])
+    or max_new; padding rows never limit."""
+    budget = np.full(rows, max_new, np.int64)
+    if given is not None:
+        given = np.asarray(given)
+        if (given.shape != (r,) or not np.issubdtype(given.dtype, np.integer)
+                or np.any(given < 1) or np.any(given > max_new)):
+            raise ValueError(f"max_new_tokens_per_row must be {r} ints in [1, "
+                             f"{max_new}], got shape {given.shape} {given.dtype}")
+        budget[:r] = given
+    return budget
+
+
+def _decode_segments(decode: Callable, pool: PagePool, layout, source: np.ndarray, hidden,
+                     carry, budget: np.ndarray, r: int, max_new: int, segment_len: int,
+                     page_size: int, stop_when):
+    """Decodes in segments: each call attends over the pages written so far (the
+    prompt's, read once per group, + the row's earlier segments) instead of the whole
+    max length. Returns (the calls' outputs, [rows, pages] each row's own pages,
+    [rows] done, whether `stop_when` stopped it early)."""
+    rows = len(source)
+    real = np.arange(rows) < r
     own = np.zeros((rows, 0), np.int32)
-    positions = slots - offsets[source]
+    positions = layout.slots - layout.offsets[source]
     done = ~real
-    outputs = []
-    generated = np.zeros(rows, np.int64)
-    stopped_early = False
+    outputs, generated = [], np.zeros(rows, np.int64)
     seg_pages = segment_len // page_size
-    segments = -(-sp.max_new_tokens // segment_len)
+    segments = -(-max_new // segment_len)
     for seg in range(segments):
         fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
         for row in np.flatnonzero(~done):
@@ -165,7 +201,7 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
         # every real row keeps its place in its group whether or not it is done:
         # the shapes, and so the sums' order, then depend on the layout only, and
         # a row's tokens and log-probs do not depend on when the others stopped
-        pages = engine.page_rows(prompt_tables, offsets, source, own, fresh, ~real)
+        pages = engine.page_rows(layout.tables, layout.offsets, source, own, fresh, ~real)
         state = engine.RowState(hidden=hidden, pages=pages, positions=positions, done=done)
         # running rows have generated seg * segment_len tokens; without budgets
         # this is max_new_tokens - seg * segment_len, as before
@@ -178,37 +214,30 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
         generated = generated + out.num_tokens
         done = done | (out.finish == engine.STOP) | (generated >= budget)
         if done.all():
-            break
+            return outputs, own, done, False
         if stop_when is not None and seg + 1 < segments and stop_when(done[:r].copy()):
-            stopped_early = True
-            break
-    for row in range(r):
-        pool.release(np.concatenate([prompt_tables[source[row]], own[row]]))
-    if pool.used_pages:
-        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+            return outputs, own, done, True
+    return outputs, own, done, False
 
-    out = engine.concat_outputs(outputs)
-    width = sp.max_new_tokens
+
+def _rollouts(out, budget: np.ndarray, done: np.ndarray, num_prompts: int, n: int,
+              width: int, pad, stats: dict) -> tuple[Rollouts, dict]:
+    """The joined segment outputs as Rollouts of the r = num_prompts·n real rows, cut to
+    their budgets [r] (`done` [r]: finished rather than stopped early), and `extra`."""
+    r = num_prompts * n
     num = out.num_tokens[:r]
-    lengths = np.minimum(num, budget[:r]).astype(num.dtype)
+    lengths = np.minimum(num, budget).astype(num.dtype)
     # [R, N]: drops tokens past a budget (N < width when every row finished early)
     keep = np.arange(min(width, out.tokens.shape[1])) < lengths[:, None]
-    pad = np.int32(config.pad_token_id or 0)
-    finish = np.where((out.finish[:r] == engine.STOP) & (num <= budget[:r]), "stop",
-                      np.where(done[:r], "length", "partial"))
+    finish = np.where((out.finish[:r] == engine.STOP) & (num <= budget), "stop",
+                      np.where(done, "length", "partial"))
     rollouts = Rollouts(
         tokens=np.where(keep, out.tokens[:r, :width], pad), lengths=lengths,
         logprobs=np.where(keep, out.logprobs[:r, :width], 0.0).astype(np.float32),
         raw_logprobs=np.where(keep, out.raw_logprobs[:r, :width], 0.0).astype(np.float32),
-        prompt_index=np.repeat(np.arange(len(prompts), dtype=np.int32), n),
+        prompt_index=np.repeat(np.arange(num_prompts, dtype=np.int32), n),
         finish_reason=finish,
-        stats={"prefill_tokens": int(sum(map(len, unique))), "prefill_slots": rows_b * slots,
-               "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
-               "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
-               "kv_pages": pool.num_pages,
-               "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs),
-               "stopped_early": int(stopped_early),
-               "partial_rows": int((finish == "partial").sum()),
-               "cut_tokens": int((num - lengths).sum())})
+        stats=stats | {"partial_rows": int((finish == "partial").sum()),
+                       "cut_tokens": int((num - lengths).sum())})
     extra = {k: np.where(keep, v[:r, :width], 0).astype(v.dtype) for k, v in out.extra.items()}
     return rollouts, extra

@@ -32,5 +32,5 @@ class Rollouts:
         return self.tokens[r, :self.lengths[r]].tolist()
 
     def group_ids(self) -> np.ndarray:
-        """[R] group id per row (the prompt index), for `rl.advantages.compute`."""
+        """[R] group id per row (the prompt index), for `rl.algorithms.advantages.compute`."""
         return self.prompt_index.copy()

@@ -2,12 +2,13 @@
 
     rollouts = sampling.tree_generate(config, params, prompts, TreeConfig(
         segment_len=64, max_depth=4, leaves_per_prompt=16), sampling_params, rng,
-        decode=tokenizer.decode)
+        decode=tokenizer.decode, stop_text=rl.rewards.latex.complete_box)
 
 Every round decodes one segment for all alive nodes of all prompts in one
 `engine.decode` call. A node becomes a leaf when its segment repeats itself,
-hits a stop token, completes a `\\boxed{...}` answer (cut right after it; needs
-`decode`) or reaches `max_depth` (rules: sampling/tree_schedule.py). The others
+hits a stop token, completes an answer by the caller's `stop_text` rule (TreePO: a
+closed `\\boxed{...}`; cut right after it; needs `decode`) or reaches `max_depth`
+(rules: sampling/tree_schedule.py). The others
 branch: a prompt's continuing nodes share min(rem, divergence × (continuing +
 finished this round)) children (rem = leaves_per_prompt - leaves), so the
 budget of nodes that just finished moves to their siblings, split by
@@ -17,7 +18,7 @@ samples itself. When a prompt has no alive node but budget left, `fallback`
 cuts a leaf that ended properly ("stop") back at a random segment boundary and
 re-expands it (from the prompt if there is none). Each prompt ends with exactly
 `leaves_per_prompt` leaves; `Rollouts.paths` gives each leaf's branch ids per
-depth (for `rl.advantages.compute("tree", ...)`). Host code runs only between
+depth (for `rl.algorithms.advantages.compute("tree", ...)`). Host code runs only between
 rounds. The rules follow the TreePO authors' rollout (multimodal-art-projection/
 TreePO, verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, and
 recipe/treepo/vllm_rollout_tree.py).
@@ -33,11 +34,10 @@ import numpy as np
 
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
-from sampling import engine
+from sampling import engine, tree_schedule
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
-from sampling import tree_schedule
 
 POLICIES = ("uniform", "low_likelihood", "high_likelihood")
 
@@ -56,9 +56,6 @@ class TreeConfig:
       last); low_likelihood (largest-remainder split by softmax over
       -(Σ log p - min) / T, favouring unlikely paths); high_likelihood (the
       inverse). Every node gets at least one child.
-    stop_on_boxed: a path whose text holds a complete `\\boxed{...}` stops
-      ("stop", cut after the box). Needs `tree_generate(..., decode=...)`;
-      without a decode it does nothing.
     repetition_chars, repetition_count: with `decode`, a segment whose text
       holds a `repetition_chars`-character substring `repetition_count` times
       stops ("repetition"; the authors' check, 32 and 8, run on each new
@@ -78,7 +75,6 @@ class TreeConfig:
     divergence: int = 2
     branch_policy: str = "uniform"
     policy_temperature: float = 1.0
-    stop_on_boxed: bool = True
     repetition_chars: int = 32
     repetition_ngram: int = 8
     repetition_count: int = 8
@@ -140,160 +136,213 @@ class Node:
         return np.concatenate([n.tokens for n in self.ancestors()])
 
 
+@dataclasses.dataclass
+class _Forest:
+    """Every prompt's tree while it grows: the pool and the prompt pages the nodes share,
+    and the nodes that are done (leaves per prompt, internal nodes)."""
+
+    tree: TreeConfig
+    pool: PagePool
+    prompt_tables: np.ndarray  # [B_bucket, pages] the prompts' page tables
+    offsets: np.ndarray        # [B_bucket] each prompt's first real slot
+    slots: int                 # prompt slots (pages × page_size)
+    hidden: np.ndarray         # [B_bucket, D] each prompt's last hidden state
+    roots: list[Node]
+    leaves: list[list[Node]]
+    internal: list[Node] = dataclasses.field(default_factory=list)
+
+    def spawn(self, prompt: int, base: Node | None) -> Node:
+        """A new child of `base` (None = the prompt): it shares the path's pages."""
+        if base is None:
+            prefix, start, path, depth = (list(self.prompt_tables[prompt]), self.hidden[prompt],
+                                          (), 0)
+        else:
+            prefix = base.prefix + base.pages
+            start, path, depth = base.end_hidden, base.path, base.depth
+        owner = base if base is not None else self.roots[prompt]
+        node = Node(prompt=prompt, depth=depth + 1, path=path + (owner.children,),
+                    prefix=prefix, hidden=start, parent=base)
+        owner.children += 1
+        self.pool.retain(prefix)
+        return node
+
+    def first_branches(self, rng: np.random.Generator) -> list[Node]:
+        """The root's children of every prompt (`first_branching`, drawn per prompt)."""
+        lo, hi = self.tree.branching_range
+        alive = []
+        for i in range(len(self.roots)):
+            count = min(int(rng.integers(lo, hi + 1)), self.tree.leaves_per_prompt)
+            alive += [self.spawn(i, None) for _ in range(count)]
+        self.pool.release(self.prompt_tables[:len(self.roots)].ravel())  # the nodes hold them
+        return alive
+
+
 def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
                   sampling_params: SamplingParams, rng: jax.Array, *,
                   decode: Callable[[list[int]], str] | None = None,
+                  stop_text: Callable[[str], bool] | None = None,
                   attention: str = "shared_prefix",
                   sharding: ActivationSharding | None = None) -> Rollouts:
     """`tree.leaves_per_prompt` leaves per prompt (see module docstring).
 
     `decode` (token ids -> text, e.g. `tokenizer.decode`) enables the text rules:
-    the boxed-answer stop and the character repetition check; without it only
-    the token repetition check runs. A leaf has at most segment_len * max_depth
-    tokens, which must not exceed `sampling_params.max_new_tokens` (ValueError
-    otherwise). Rows are ordered by prompt; stats count decode_tokens once per
-    tree node (shared prefixes once), prefill_tokens once per distinct prompt,
-    rounds, decode_row_steps, fallback_children, the leaves per finish reason
-    (finish_stop, finish_length, finish_repetition) and the pool pages still in use
-    after release (always 0). `attention` and `sharding`: as `generate`'s.
+    the character repetition check and, with `stop_text` (a path's text -> it holds
+    a complete answer; TreePO's is a closed `\\boxed{}`,
+    `rl.rewards.latex.complete_box`), the answer stop; without it only the token
+    repetition check runs. A leaf has at most segment_len * max_depth tokens, which
+    must not exceed `sampling_params.max_new_tokens` (ValueError otherwise). Rows are
+    ordered by prompt; stats count decode_tokens once per tree node (shared prefixes
+    once), prefill_tokens once per distinct prompt, rounds, decode_row_steps,
+    fallback_children, the leaves per finish reason (finish_stop, finish_length,
+    finish_repetition) and the pool pages still in use after release (always 0).
+    `attention` and `sharding`: as `generate`'s.
     """
     longest = tree.segment_len * tree.max_depth
     if longest > sampling_params.max_new_tokens:
         raise ValueError(f"tree leaves reach segment_len × max_depth = {longest} tokens, more "
                          f"than max_new_tokens={sampling_params.max_new_tokens}")
+    if stop_text is not None and decode is None:
+        raise ValueError("stop_text needs decode (the rule reads the path's text)")
     prompts = engine.check_prompts(config, prompts)
-    ps, seg = tree.page_size, tree.segment_len
-    seg_pages = seg // ps
-    sp = dataclasses.replace(sampling_params, max_new_tokens=seg)
+    sp = dataclasses.replace(sampling_params, max_new_tokens=tree.segment_len)
     host_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel().tolist())
-    b = len(prompts)
-    rows_b = engine.next_pow2(b)
-    prompt_pages = engine.prompt_bucket(max(map(len, prompts)), ps) // ps
-    per_prompt = tree.leaves_per_prompt
-    # sized from buckets so the cache shape, like every other, repeats across calls
-    pool = PagePool(1 + rows_b * (prompt_pages + per_prompt * tree.max_depth * seg_pages))
-    prompt_tables, offsets, slots, hidden, cache = engine.prefill_prompts(
-        config, params, pool, prompts, ps, sharding=sharding)
-    hidden = engine.as_numpy(hidden)
-
-    def spawn(prompt: int, base: Node | None) -> Node:
-        """A new child of `base` (None = the prompt): it shares the path's pages."""
-        if base is None:
-            prefix, start, path, depth = list(prompt_tables[prompt]), hidden[prompt], (), 0
-        else:
-            prefix = base.prefix + base.pages
-            start, path, depth = base.end_hidden, base.path, base.depth
-        owner = base if base is not None else roots[prompt]
-        node = Node(prompt=prompt, depth=depth + 1, path=path + (owner.children,),
-                    prefix=prefix, hidden=start, parent=base)
-        owner.children += 1
-        pool.retain(prefix)
-        return node
-
-    roots = [Node(prompt=i, depth=0, path=(), prefix=[], hidden=hidden[i], parent=None)
-             for i in range(b)]
-    alive: list[Node] = []
-    for i in range(b):
-        lo, hi = tree.branching_range
-        alive += [spawn(i, None) for _ in range(min(int(host_rng.integers(lo, hi + 1)),
-                                                          per_prompt))]
-    pool.release(prompt_tables[:b].ravel())  # the nodes now hold the prompt pages
-    leaves: list[list[Node]] = [[] for _ in range(b)]
-    internal: list[Node] = []
+    forest, cache = _plant(config, params, prompts, tree, sharding)
+    alive = forest.first_branches(host_rng)
     stop_ids = engine.stop_token_ids(config, sp)
     stats = {"rounds": 0, "decode_tokens": 0, "decode_steps": 0, "decode_row_steps": 0,
              "fallback_children": 0}
-
     while alive:
-        rows = engine.row_bucket(len(alive))
-        # Siblings (children of one node, or of the prompt) share their whole
-        # prefix: one group each, read once per step for all of them.
-        group_of: dict[tuple[int, ...], int] = {}
-        row_group = np.zeros(rows, np.int32)
-        for r, node in enumerate(alive):
-            row_group[r] = group_of.setdefault(tuple(node.prefix), len(group_of))
-        width = max(len(prefix) for prefix in group_of)
-        groups = len(group_of)
-        group_tables = np.full((groups, width), NULL_PAGE, np.int32)
-        group_offsets = np.zeros(groups, np.int32)
-        segment = np.full((rows, seg_pages), NULL_PAGE, np.int32)
-        positions = np.zeros(rows, np.int32)
-        start_hidden = np.zeros((rows, hidden.shape[1]), hidden.dtype)
-        for r, node in enumerate(alive):
-            g = row_group[r]
-            group_tables[g, width - len(node.prefix):] = node.prefix
-            # the prefix is right-aligned in the view; the prompt table leads it
-            group_offsets[g] = (width - len(node.prefix)) * ps + offsets[node.prompt]
-            node.pages = pool.alloc(seg_pages)
-            segment[r] = node.pages
-            positions[r] = slots - offsets[node.prompt] + (node.depth - 1) * seg
-            start_hidden[r] = node.hidden
-        done = np.arange(rows) >= len(alive)
-        pages = engine.page_rows(group_tables, group_offsets, row_group,
-                                 np.zeros((rows, 0), np.int32), segment, done)
-        state = engine.RowState(hidden=start_hidden, pages=pages, positions=positions, done=done)
+        state = _round_state(forest, alive)
         out, end_hidden, cache = engine.decode(
-            config, params, cache, state, rng, stats["rounds"],
-            np.int32(seg), sp, seg, stop_ids, attention, sharding)
+            config, params, cache, state, rng, stats["rounds"], np.int32(tree.segment_len),
+            sp, tree.segment_len, stop_ids, attention, sharding)
         out, end_hidden = engine.as_numpy((out, end_hidden))
         stats["rounds"] += 1
         stats["decode_steps"] += int(out.steps)
-        stats["decode_row_steps"] += int(out.steps) * rows
+        stats["decode_row_steps"] += int(out.steps) * len(state.done)
         stats["decode_tokens"] += int(out.num_tokens[:len(alive)].sum())
-
-        continuing: list[list[Node]] = [[] for _ in range(b)]
-        finished_now = [0] * b
-        boxed = tree.stop_on_boxed and decode is not None
-        for r, node in enumerate(alive):
-            n = int(out.num_tokens[r])
-            before = (node.parent.path_tokens() if boxed and node.parent is not None
-                      else np.zeros(0, np.int32))
-            node.finish, keep = tree_schedule.segment_finish(
-                out.tokens[r, :n], before, bool(out.finish[r] == engine.STOP), node.depth,
-                tree, decode)
-            node.tokens, node.logprobs = out.tokens[r, :keep], out.logprobs[r, :keep]
-            node.raw_logprobs, node.end_hidden = out.raw_logprobs[r, :keep], end_hidden[r]
-            if node.finish:
-                leaves[node.prompt].append(node)
-                finished_now[node.prompt] += 1
-            else:
-                continuing[node.prompt].append(node)
-
-        alive = []
-        for i in range(b):
-            budget = per_prompt - len(leaves[i])
-            if continuing[i]:
-                k = len(continuing[i])
-                total = tree_schedule.branch_total(budget, k, finished_now[i], tree.divergence)
-                logp = (None if tree.branch_policy == "uniform"
-                        else np.array([node.path_logp() for node in continuing[i]]))
-                counts = tree_schedule.allocate(total, k, tree.branch_policy, logp,
-                                                tree.policy_temperature)
-                for node, count in zip(continuing[i], counts, strict=True):
-                    alive += [spawn(i, node) for _ in range(count)]
-                    pool.release(node.prefix + node.pages)  # children hold them now
-                    internal.append(node)
-            elif budget > 0 and tree.fallback:
-                plan = tree_schedule.fallback_plan([leaf.finish for leaf in leaves[i]],
-                                                   [leaf.depth for leaf in leaves[i]], budget,
-                                                   tree.divergence, host_rng)
-                for j, keep, count in plan:
-                    base = leaves[i][j].ancestors()[keep - 1] if j >= 0 and keep else None
-                    alive += [spawn(i, base) for _ in range(count)]
-                    stats["fallback_children"] += count
-            elif budget > 0:
-                raise RuntimeError(f"prompt {i}: {len(leaves[i])} leaves, fallback disabled")
-
-    rows_out = [leaf for group in leaves for leaf in group]
+        continuing, finished_now = _finish_round(forest, alive, out, end_hidden, decode,
+                                                 stop_text)
+        alive = _branch(forest, continuing, finished_now, host_rng, stats)
+    rows_out = [leaf for group in forest.leaves for leaf in group]
     for leaf in rows_out:
-        pool.release(leaf.prefix + leaf.pages)
-    if pool.used_pages:
-        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+        forest.pool.release(leaf.prefix + leaf.pages)
+    if forest.pool.used_pages:
+        raise RuntimeError(f"KV page leak: {forest.pool.used_pages} pages still in use")
     for reason in ("stop", "length", "repetition"):
         stats[f"finish_{reason}"] = sum(leaf.finish == reason for leaf in rows_out)
     return _rollouts(rows_out, tree, config, stats | {
-        "prefill_tokens": int(sum(map(len, prompts))), "kv_pages": pool.num_pages,
-        "pages_in_use_after_release": pool.used_pages, "nodes": len(internal) + len(rows_out)})
+        "prefill_tokens": int(sum(map(len, prompts))), "kv_pages": forest.pool.num_pages,
+        "pages_in_use_after_release": forest.pool.used_pages,
+        "nodes": len(forest.internal) + len(rows_out)})
+
+
+def _plant(config: ModelConfig, params: dict, prompts: list[list[int]], tree: TreeConfig,
+           sharding: ActivationSharding | None):
+    """(the forest of root nodes, the KV cache) after the prompts' prefill into a pool
+    sized from buckets, so that the cache shape, like every other, repeats across calls."""
+    ps, b = tree.page_size, len(prompts)
+    rows_b = engine.next_pow2(b)
+    prompt_pages = engine.prompt_bucket(max(map(len, prompts)), ps) // ps
+    seg_pages = tree.segment_len // ps
+    pool = PagePool(1 + rows_b * (prompt_pages + tree.leaves_per_prompt * tree.max_depth
+                                  * seg_pages))
+    tables, offsets, slots, hidden, cache = engine.prefill_prompts(
+        config, params, pool, prompts, ps, sharding=sharding)
+    hidden = engine.as_numpy(hidden)
+    roots = [Node(prompt=i, depth=0, path=(), prefix=[], hidden=hidden[i], parent=None)
+             for i in range(b)]
+    forest = _Forest(tree, pool, tables, offsets, slots, hidden, roots, [[] for _ in range(b)])
+    return forest, cache
+
+
+def _round_state(forest: _Forest, alive: list[Node]) -> engine.RowState:
+    """The decode rows of one round: each alive node with fresh pages for its segment.
+    Siblings (children of one node, or of the prompt) share their whole prefix: one
+    group each, read once per step for all of them."""
+    ps, seg = forest.tree.page_size, forest.tree.segment_len
+    rows = engine.row_bucket(len(alive))
+    group_of: dict[tuple[int, ...], int] = {}
+    row_group = np.zeros(rows, np.int32)
+    for r, node in enumerate(alive):
+        row_group[r] = group_of.setdefault(tuple(node.prefix), len(group_of))
+    width = max(len(prefix) for prefix in group_of)
+    group_tables = np.full((len(group_of), width), NULL_PAGE, np.int32)
+    group_offsets = np.zeros(len(group_of), np.int32)
+    segment = np.full((rows, seg // ps), NULL_PAGE, np.int32)
+    positions = np.zeros(rows, np.int32)
+    start_hidden = np.zeros((rows, forest.hidden.shape[1]), forest.hidden.dtype)
+    for r, node in enumerate(alive):
+        g = row_group[r]
+        group_tables[g, width - len(node.prefix):] = node.prefix
+        # the prefix is right-aligned in the view; the prompt table leads it
+        group_offsets[g] = (width - len(node.prefix)) * ps + forest.offsets[node.prompt]
+        node.pages = forest.pool.alloc(seg // ps)
+        segment[r] = node.pages
+        positions[r] = forest.slots - forest.offsets[node.prompt] + (node.depth - 1) * seg
+        start_hidden[r] = node.hidden
+    done = np.arange(rows) >= len(alive)
+    pages = engine.page_rows(group_tables, group_offsets, row_group,
+                             np.zeros((rows, 0), np.int32), segment, done)
+    return engine.RowState(hidden=start_hidden, pages=pages, positions=positions, done=done)
+
+
+def _finish_round(forest: _Forest, alive: list[Node], out, end_hidden: np.ndarray,
+                  decode, stop_text) -> tuple[list[list[Node]], list[int]]:
+    """Stores each alive node's segment and decides whether it ends its path
+    (`tree_schedule.segment_finish`): (the continuing nodes per prompt, the nodes per
+    prompt that became leaves this round)."""
+    b = len(forest.roots)
+    continuing: list[list[Node]] = [[] for _ in range(b)]
+    finished_now = [0] * b
+    texts = stop_text is not None and decode is not None
+    for r, node in enumerate(alive):
+        n = int(out.num_tokens[r])
+        before = (node.parent.path_tokens() if texts and node.parent is not None
+                  else np.zeros(0, np.int32))
+        node.finish, keep = tree_schedule.segment_finish(
+            out.tokens[r, :n], before, bool(out.finish[r] == engine.STOP), node.depth,
+            forest.tree, decode, stop_text)
+        node.tokens, node.logprobs = out.tokens[r, :keep], out.logprobs[r, :keep]
+        node.raw_logprobs, node.end_hidden = out.raw_logprobs[r, :keep], end_hidden[r]
+        if node.finish:
+            forest.leaves[node.prompt].append(node)
+            finished_now[node.prompt] += 1
+        else:
+            continuing[node.prompt].append(node)
+    return continuing, finished_now
+
+
+def _branch(forest: _Forest, continuing: list[list[Node]], finished_now: list[int],
+            rng: np.random.Generator, stats: dict) -> list[Node]:
+    """The next round's nodes: each prompt's budget handed to its continuing nodes'
+    children, or, with none left, leaves cut back and re-expanded (`fallback`)."""
+    tree, alive = forest.tree, []
+    for i, nodes in enumerate(continuing):
+        leaves = forest.leaves[i]
+        budget = tree.leaves_per_prompt - len(leaves)
+        if nodes:
+            total = tree_schedule.branch_total(budget, len(nodes), finished_now[i],
+                                               tree.divergence)
+            logp = (None if tree.branch_policy == "uniform"
+                    else np.array([node.path_logp() for node in nodes]))
+            counts = tree_schedule.allocate(total, len(nodes), tree.branch_policy, logp,
+                                            tree.policy_temperature)
+            for node, count in zip(nodes, counts, strict=True):
+                alive += [forest.spawn(i, node) for _ in range(count)]
+                forest.pool.release(node.prefix + node.pages)  # children hold them now
+                forest.internal.append(node)
+        elif budget > 0 and tree.fallback:
+            plan = tree_schedule.fallback_plan([leaf.finish for leaf in leaves],
+                                               [leaf.depth for leaf in leaves], budget,
+                                               tree.divergence, rng)
+            for j, keep, count in plan:
+                base = leaves[j].ancestors()[keep - 1] if j >= 0 and keep else None
+                alive += [forest.spawn(i, base) for _ in range(count)]
+                stats["fallback_children"] += count
+        elif budget > 0:
+            raise RuntimeError(f"prompt {i}: {len(leaves)} leaves, fallback disabled")
+    return alive
 
 
 def _rollouts(leaves: list[Node], tree: TreeConfig, config: ModelConfig, stats) -> Rollouts:

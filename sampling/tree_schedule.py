@@ -5,8 +5,8 @@ vllm_rollout_spmd.py (`generate_sequences_tree_deepth_first_vanilla_mode`,
 run by recipe/treepo/run_treepo_train.sh) and recipe/treepo/vllm_rollout_tree.py.
 
 * `segment_finish`: why a freshly decoded segment ends its path (repetition,
-  stop token, complete `\\boxed{...}`, depth limit), and how many of its tokens
-  to keep.
+  stop token, a text rule such as a complete `\\boxed{...}`, depth limit), and
+  how many of its tokens to keep.
 * `branch_total` + `allocate`: the children handed out to a prompt's
   continuing nodes ("by_fixed_div" budget with transfer, then "fixed_avg" or
   the log-likelihood-weighted largest-remainder split).
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 Decode = Callable[[list[int]], str]
+StopText = Callable[[str], bool]  # a path's text -> it holds a complete answer
 
 
 def token_repetition(tokens: np.ndarray, n: int, count: int) -> bool:
@@ -48,35 +49,20 @@ def char_repetition(text: str, length: int = 32, count: int = 8) -> bool:
     return False
 
 
-def complete_box(text: str) -> bool:
-    """`text` holds a `\\boxed{...}` (or `\\fbox{...}`) whose braces close.
-
-    Uses the verifier's own matcher (rl.rewards.latex: `boxes`, `box_content`),
-    imported here so that `sampling` needs `rl` only when a decode is given. Like
-    the authors' `extract_last_boxed` pattern, only a braced box counts (`\\boxed 5`
-    does not), and any complete box counts, not only the last one.
-    """
-    from rl.rewards import latex
-
-    for match in latex.boxes(text):
-        rest = text[match.end():]
-        if rest.lstrip().startswith("{") and latex.box_content(text, match) is not None:
-            return True
-    return False
-
-
-def boxed_cut(decode: Decode, before: np.ndarray, segment: np.ndarray) -> int | None:
-    """Tokens of `segment` to keep: the shortest prefix whose text, after the
-    path's earlier tokens `before`, holds a complete box; None if even the whole
-    segment does not. Binary search: O(log len(segment)) decodes."""
+def text_cut(decode: Decode, before: np.ndarray, segment: np.ndarray,
+             stop_text: StopText) -> int | None:
+    """Tokens of `segment` to keep: the shortest prefix whose text, after the path's
+    earlier tokens `before`, satisfies `stop_text` (e.g. holds a complete box); None if
+    even the whole segment does not. Binary search: O(log len(segment)) decodes (the
+    rule must stay true once true, as a closed box does)."""
     prefix = [int(t) for t in before]
     tokens = [int(t) for t in segment]
-    if not tokens or not complete_box(decode(prefix + tokens)):
+    if not tokens or not stop_text(decode(prefix + tokens)):
         return None
-    lo, hi = 1, len(tokens)  # complete at hi; find the smallest such
+    lo, hi = 1, len(tokens)  # true at hi; find the smallest such
     while lo < hi:
         mid = (lo + hi) // 2
-        if complete_box(decode(prefix + tokens[:mid])):
+        if stop_text(decode(prefix + tokens[:mid])):
             hi = mid
         else:
             lo = mid + 1
@@ -84,7 +70,8 @@ def boxed_cut(decode: Decode, before: np.ndarray, segment: np.ndarray) -> int | 
 
 
 def segment_finish(segment: np.ndarray, before: np.ndarray, stopped: bool, depth: int,
-                   tree, decode: Decode | None) -> tuple[str, int]:
+                   tree, decode: Decode | None,
+                   stop_text: StopText | None = None) -> tuple[str, int]:
     """(finish reason, tokens of `segment` to keep) for a node after its round.
 
     In the authors' order for their training run (repetition_es_policy=
@@ -92,9 +79,10 @@ def segment_finish(segment: np.ndarray, before: np.ndarray, stopped: bool, depth
     `decode`: a `tree.repetition_chars`-character substring of the segment's
     text `tree.repetition_count` times; without: a token `tree.repetition_ngram`-
     gram that often); "stop" when it ended on a stop token (kept whole, the stop
-    token included); "stop" when `tree.stop_on_boxed`, `decode` is given and
-    the path's text (earlier segments + this one) holds a complete box: the
-    segment is cut right after the token that closes it; "length" at
+    token included); "stop" when `decode` and `stop_text` are given and the
+    path's text (earlier segments + this one) satisfies `stop_text` (TreePO: holds
+    a complete box): the segment is cut right after the token that completes it;
+    "length" at
     `tree.max_depth`; "" (the node continues) otherwise.
     """
     n = len(segment)
@@ -107,8 +95,8 @@ def segment_finish(segment: np.ndarray, before: np.ndarray, stopped: bool, depth
         return "repetition", n
     if stopped:
         return "stop", n
-    if tree.stop_on_boxed and decode is not None:
-        cut = boxed_cut(decode, before, segment)
+    if stop_text is not None and decode is not None:
+        cut = text_cut(decode, before, segment, stop_text)
         if cut is not None:
             return "stop", cut
     if depth >= tree.max_depth:

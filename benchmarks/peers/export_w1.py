@@ -22,7 +22,7 @@ def main(argv=None) -> int:
         return 2
     from rl_step import w1_config
 
-    from rl import build
+    from rl.train import build
 
     run = build.resolve(w1_config(), tempfile.mkdtemp())
     print(build.export(argv[0], run, build.init_params(run)))

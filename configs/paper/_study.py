@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import configs
 from configs import demo, variants
-from rl import sweeps
 
 SEEDS = (0, 1, 2)
 SCHEDULES = {"tiny": {"train.steps": 100, "train.eval_every": 20},
@@ -63,5 +63,5 @@ def variant(name: str, base=None) -> dict[str, Any]:
 
 
 def runs(arms: list[dict]) -> list[dict]:
-    """Each arm once per seed (rl.sweeps.with_seeds)."""
-    return sweeps.with_seeds(arms, SEEDS)
+    """Each arm once per seed (configs.with_seeds)."""
+    return configs.with_seeds(arms, SEEDS)

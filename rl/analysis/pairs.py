@@ -12,12 +12,14 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import models
 from models.config import ModelConfig
 from rl.analysis.scoring import FIELDS, ScoreOptions, check_pair, score_pair
 from rl.analysis.summary import completion_mask
+from rl.train import build
 
 WIDTH_MULTIPLE = 64  # packed rows are padded to a multiple of this (fewer compiles)
 
@@ -40,9 +42,6 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
     checkpoint (the newest usable, or `step`) when it has `checkpoints/`, else its
     `final/` export. Its config computes in fp32 (stored weights keep their dtype
     and are cast at use). Raises FileNotFoundError / CheckpointError with one line."""
-    from rl import build
-
-    import jax.numpy as jnp
 
     dtype = dtype or jnp.float32
     if not os.path.isdir(path):

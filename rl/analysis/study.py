@@ -22,12 +22,16 @@ from typing import Any
 import jax
 import numpy as np
 
+import models
 import sampling
+from models import extras
 from rl.analysis import plots, report, sweeps
 from rl.analysis import summary as summary_lib
-from rl.analysis.pairs import Policy, Scored, score_rows
+from rl.analysis.pairs import Policy, Scored, check_pair, load_policy, score_rows
 from rl.analysis.scoring import FIELDS, ScoreOptions
 from rl.analysis.sweeps import Judge
+from rl.analysis.updates import checkpoint_steps, checkpoint_updates
+from rl.train import build
 from sampling.lockstep import MixRule
 
 CRITERIA = ("delta_logp", "js", "entropy", "kl", "reverse_kl", "random")
@@ -101,11 +105,7 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
     `sft` (HF directories or training workdirs; `steps` their checkpoint steps).
     With `updates`, an RL workdir's consecutive checkpoints are compared too
     (`run_study` loads them two at a time). The tokenizer is
-    the RL model's. Raises one of `rl.build.ERRORS` with a one-line message."""
-    import models
-    from rl import build
-    from rl.analysis.pairs import check_pair, load_policy
-    from rl.analysis.updates import checkpoint_steps
+    the RL model's. Raises one of `rl.train.build.ERRORS` with a one-line message."""
 
     for name, path in (("base", base), ("rl", rl), ("sft", sft)):
         if (path or name != "sft") and not os.path.isdir(path or ""):
@@ -179,8 +179,6 @@ def token_table(pair: str, scored: Scored, rollouts, scores, tokenizer) -> dict[
 
 
 def write_parquet(path: str, tables: Sequence[dict[str, list]]) -> str:
-    from models import extras
-
     extras.check("pyarrow", "parquet", "the analysis's per-token records (tokens.parquet)")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -285,8 +283,6 @@ def run_study(study: Study, settings: Settings, out_dir: str,
         figures["gamma"] = plots.sweep(gamma_rows, "gamma", path("gamma.png"),
                                        title="extrapolation: accuracy vs γ")
     if study.updates_dir:
-        from rl.analysis.updates import checkpoint_updates
-
         progress(f"Δlog p between consecutive checkpoints of the RL run {study.updates_dir}")
         rows = [study.prompts[int(i)] for i in ro.prompt_index]
         doc["updates"] = checkpoint_updates(study.updates_dir, rows,

@@ -30,6 +30,7 @@ import numpy as np
 
 from rl.analysis.pairs import Policy
 from rl.rewards.spec import CORRECT  # a verifier gives 1.0 for a correct answer
+from rl.train.evaluation import pass_at_k
 from sampling import SamplingParams
 from sampling.lockstep import MixRule, lockstep_generate
 
@@ -43,12 +44,6 @@ class Judge:
 
     decode: Callable[[list[int]], str]
     verify: Callable[[list[str], list], np.ndarray]
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    from rl.evaluation import pass_at_k as _pass_at_k
-
-    return _pass_at_k(n, c, k)
 
 
 def _metrics(judge: Judge, out, references, n: int, ks: Sequence[int]) -> dict:

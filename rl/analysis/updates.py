@@ -15,22 +15,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rl.analysis.pairs import Policy, score_rows
+from rl.analysis.pairs import Policy, _fp32, _short, score_rows
 from rl.analysis.scoring import ScoreOptions
+from rl.checkpoint import persistent
+from rl.train import build
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
     """The steps of a workdir's Orbax checkpoints, ascending ([] when it has none)."""
-    from rl import build, checkpoint
 
     directory = build.checkpoint_dir(workdir)
-    return checkpoint.stored_steps(directory) if directory else []
+    return persistent.stored_steps(directory) if directory else []
 
 
 def _loader(workdir: str) -> Callable[[int], Policy]:
-    from rl import build
-
-    from rl.analysis.pairs import _fp32, _short
 
     directory = build.checkpoint_dir(workdir)
     run = build.resolve(build.config_from_checkpoint(directory), None)

@@ -1,12 +1,16 @@
-"""The train and held-out prompt sources a config's `data` section describes."""
+"""What a config's `data` section describes: the train and held-out prompt sources and
+the task selector over the train pool."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl.algorithm import set_options
+import numpy as np
+
+from rl.data import selectors
 from rl.data import sources as sources_lib
 from rl.data import tasks as tasks_lib
+from rl.registry import set_options
 
 DATA_SOURCES = ("task", "jsonl", "parquet", "tfds")
 
@@ -47,3 +51,14 @@ def make_sources(data) -> tuple[Any, Any | None, str]:
     train = sources_lib.FileSource(data.path, **fields, pass_rate_fields=rates)
     heldout = sources_lib.FileSource(data.heldout_path, **fields) if data.heldout_path else None
     return train, heldout, ""
+
+
+def make_selector(data, source, n: int) -> selectors.Uniform:
+    """The task selector `data.selector` names over the train pool `source` (`n` rollouts
+    per prompt), with the rows' offline pass rates (`data.pass_rate_fields`) for BOTS."""
+    section = data.selector
+    offline = None
+    if section.name == "bots" and data.pass_rate_fields:
+        offline = np.array([source[i].pass_rates for i in range(len(source))], np.float64)
+    return selectors.make(section.name, num_tasks=len(source), n=n, offline=offline,
+                          **set_options(section))

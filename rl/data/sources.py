@@ -247,7 +247,7 @@ def batches(source, batch_size: int, *, seed: int, shuffle: bool = True,
     process reads only its part of each batch, `batch_size / shard_count`
     examples: the shard_index-th contiguous block of the same global batch, so the
     blocks of every process, joined in process order, are the unsharded batch
-    (`rl.collect` joins them). batch_size must be a multiple of shard_count.
+    (`rl.train.collect` joins them). batch_size must be a multiple of shard_count.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -36,7 +36,7 @@ import numpy as np
 from rl.rewards import arithmetic, countdown, math_answer  # noqa: F401 - register
 from rl.rewards import format as _format  # noqa: F401 - register
 from rl.rewards.common import VERIFIERS, RewardInputError, Verifier
-from rl.rewards.spec import CORRECT, DEFAULT_TIMEOUT_S, RewardSpec, Rewards
+from rl.rewards.spec import CORRECT, DEFAULT_TIMEOUT_S, Rewards, RewardSpec
 
 __all__ = ["CORRECT", "VERIFIERS", "RewardInputError", "RewardSpec", "Rewards", "get",
            "names", "score"]

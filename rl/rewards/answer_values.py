@@ -18,7 +18,16 @@ from fractions import Fraction
 
 from rl.rewards import latex
 from rl.rewards.expression import (
-    CONSTANTS, FUNCTIONS, GREEK, ExpressionError, Node, TooLarge, check_bounded, evaluate, parse)
+    CONSTANTS,
+    FUNCTIONS,
+    GREEK,
+    ExpressionError,
+    Node,
+    TooLarge,
+    check_bounded,
+    evaluate,
+    parse,
+)
 
 MAX_ANSWER_CHARS = 1000
 MAX_ELEMENTS = 32

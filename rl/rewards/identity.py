@@ -31,8 +31,7 @@ from fractions import Fraction
 
 from rl.rewards import answer_values as av
 from rl.rewards import latex
-from rl.rewards.expression import (
-    DivisionByZero, ExpressionError, Node, TooLarge, evaluate)
+from rl.rewards.expression import DivisionByZero, ExpressionError, Node, TooLarge, evaluate
 
 TRIALS = 3
 MAX_ATTEMPTS = 12  # points tried (some may divide by zero) before giving up

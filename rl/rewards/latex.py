@@ -103,6 +103,18 @@ def boxes(text: str) -> list[re.Match[str]]:
     return list(_BOX.finditer(text))
 
 
+def complete_box(text: str) -> bool:
+    """`text` holds a `\\boxed{...}` (or `\\fbox{...}`) whose braces close: the tree
+    sampler's stop rule (`sampling.tree_generate(..., stop_text=complete_box)`). Like
+    the TreePO authors' `extract_last_boxed` pattern, only a braced box counts
+    (`\\boxed 5` does not), and any complete box counts, not only the last one."""
+    for match in boxes(text):
+        rest = text[match.end():]
+        if rest.lstrip().startswith("{") and box_content(text, match) is not None:
+            return True
+    return False
+
+
 def last_boxed(text: str) -> str | None:
     """The content of the last `\\boxed`/`\\fbox`; None if none or it is unclosed.
 

@@ -21,6 +21,10 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
+from rl import rewards
+from rl.rewards import common
+from rl.rewards.spec import call
+
 
 def _limit_memory(limit: int) -> None:
     try:
@@ -33,9 +37,6 @@ def _limit_memory(limit: int) -> None:
 def serve(fd: int, memory_limit: int, warm: list[str], imports: list[str]) -> None:
     conn = Connection(fd)
     _limit_memory(memory_limit)
-    from rl import rewards
-    from rl.rewards import common
-    from rl.rewards.spec import call
 
     common.IN_WORKER = True
     for module in imports:

@@ -3,8 +3,8 @@
     python -m launch.sweep --config=tests/launch/sweep_config.py --workdir=DIR
 """
 
+import configs
 from configs import base
-from rl import sweeps
 from tests.rl.fault_config import very_small
 
 TARGET = 0.0  # every run reaches it at its first eval: the "to target" columns are filled
@@ -27,5 +27,5 @@ def get_config(arg: str | None = None):
 
 def get_sweep(arg: str | None = None):
     del arg
-    return sweeps.with_seeds([{"name": "slow", "optim.lr": 1e-4},
+    return configs.with_seeds([{"name": "slow", "optim.lr": 1e-4},
                               {"name": "fast", "optim.lr": 3e-3}], seeds=[7])

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from rl import logs
+from rl.train import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from rl import logs
+from rl.train import logs
 from tests import tensorboard_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

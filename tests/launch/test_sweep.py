@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from rl import logs, sweeps
+import configs
+from rl import sweeps
+from rl.train import logs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "sweep_config.py")
@@ -145,7 +147,7 @@ def test_run_numbers_from_metrics():
 
 
 def test_metrics_table_and_panels(tmp_path):
-    runs = sweeps.with_seeds([{"name": "a"}, {"name": "b"}], seeds=[0, 1])
+    runs = configs.with_seeds([{"name": "a"}, {"name": "b"}], seeds=[0, 1])
     for i, run in enumerate(runs):
         directory = tmp_path / "runs" / run["name"]
         directory.mkdir(parents=True)

@@ -5,13 +5,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.tokenizer_helpers import CHATML, PAD_ADDED_TOKEN, SPECIALS, WORDS, ids_of, make_hf_dir, train_sp
+from tests.models.tokenizer_helpers import (
+    CHATML,
+    PAD_ADDED_TOKEN,
+    SPECIALS,
+    WORDS,
+    ids_of,
+    make_hf_dir,
+    train_sp,
+)
 
 
 @pytest.fixture(scope="module")
 def bpe_json(tmp_path_factory) -> Path:
     """A tiny byte-level BPE trained on generated sentences, saved as tokenizer.json."""
-    from tokenizers import Tokenizer as RawTokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
     rng = random.Random(0)
     sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 10))) for _ in range(50)]

@@ -4,7 +4,8 @@ import jax
 import pytest
 
 import models
-from models import hf_config, params as params_lib
+from models import hf_config
+from models import params as params_lib
 from models.safetensors_io import CheckpointError
 
 # Published parameter counts (model cards), embeddings included.

@@ -100,7 +100,7 @@ def test_tfds_source(monkeypatch, package, pip_name):
 
 
 def test_tensorboard_log(monkeypatch, tmp_path):
-    from rl import logs
+    from rl.train import logs
 
     _hide(monkeypatch, "tensorboard")
     with pytest.raises(MissingExtra) as e:
@@ -113,12 +113,12 @@ def test_tensorboard_log(monkeypatch, tmp_path):
 
 
 def test_plot(monkeypatch, tmp_path):
-    from rl import logs
+    from rl.train import logs
 
     _hide(monkeypatch, "matplotlib")
     with pytest.raises(MissingExtra) as e:
         logs.plot(str(tmp_path))
-    _assert_names(e.value, "plots", "matplotlib", "the progress plot (rl.logs.plot)")
+    _assert_names(e.value, "plots", "matplotlib", "the progress plot (rl.train.logs.plot)")
 
 
 def test_sentencepiece_tokenizer(monkeypatch, tmp_path):

@@ -6,7 +6,14 @@ import jinja2
 import pytest
 
 from models.tokenizer import HFTokenizer, Tokenizer, load_tokenizer
-from tests.models.tokenizer_helpers import CONVERSATIONS, SPECIALS, TEXTS, WORDS, ids_of, make_hf_dir
+from tests.models.tokenizer_helpers import (
+    CONVERSATIONS,
+    SPECIALS,
+    TEXTS,
+    WORDS,
+    ids_of,
+    make_hf_dir,
+)
 
 
 def test_hf_backend_basics(chatml_dir, auto_tokenizer):
@@ -150,7 +157,8 @@ def test_special_token_from_plain_vocab_matches_transformers(tmp_path, bpe_json,
 
 
 def test_template_processing_bos(tmp_path, bpe_json, auto_tokenizer):
-    from tokenizers import Tokenizer as RawTokenizer, processors
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import processors
 
     raw = RawTokenizer.from_file(str(bpe_json))
     bos = raw.token_to_id("<|endoftext|>")

@@ -11,7 +11,7 @@ from configs import base
 def very_small(cfg):
     """The unlocked `cfg` shrunk to the suite's very small run: a 1-layer model of width
     64, one-digit arithmetic, 2 prompts x 4 samples x 8 tokens, lr 1e-3, a 6-prompt
-    held-out eval (tests/rl/test_trainer.py builds on it too)."""
+    held-out eval (tests/rl/train/test_trainer.py builds on it too)."""
     cfg.model.num_layers, cfg.model.hidden_size, cfg.model.mlp_dim = 1, 64, 128
     cfg.model.num_heads, cfg.model.num_kv_heads, cfg.model.head_dim = 2, 1, 32
     cfg.data.task.name = "arithmetic"

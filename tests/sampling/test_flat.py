@@ -205,7 +205,7 @@ def test_output_head_logits_equal_the_model_logits(tiny, tied):
                                atol=fp32_atol(want, config.hidden_size), rtol=0)
 
 
-# -- early stop (`stop_when`) and per-row budgets: the sampler side of APRIL (rl.april) ---------
+# -- early stop (`stop_when`) and per-row budgets: the sampler side of APRIL (rl.train.april) ---------
 
 def _same_rows(got, want, rows, upto=None):
     """Rows `rows` of two Rollouts agree on their first `upto` (default: all) tokens."""
@@ -282,8 +282,8 @@ def test_stop_when_that_never_fires_changes_nothing(tiny):
 
 
 def test_stop_when_with_the_april_rule(tiny, pools):
-    """`rl.april.stop_rule`: stops once `target` groups have all rows done."""
-    from rl import april
+    """`rl.train.april.stop_rule`: stops once `target` groups have all rows done."""
+    from rl.train import april
 
     config, params = tiny
     prompts = random_prompts(8, [6, 7, 9, 12])

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import models
-from rl import checks
-from rl.learner import token_logprobs
+from rl.train import checks
+from rl.train.learner import token_logprobs
 from sampling import SamplingParams, generate
 from tests.tolerances import fp32_atol
 

@@ -3,7 +3,6 @@ and the authors' round rules (sampling/tree_schedule.py): boxed stop, budget
 transfer, repetition stop, fallback pool."""
 
 import collections
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +10,12 @@ import numpy as np
 import pytest
 
 import models
-from rl import advantages
-from sampling import engine
+from configs.base import sampling_section
+from rl.algorithms import advantages
+from rl.rewards.latex import complete_box
+from rl.train.build import _tree
+from sampling import engine, tree_schedule
 from sampling.params import SamplingParams
-from sampling import tree_schedule
 from sampling.tree import TreeConfig, tree_generate
 from tests.tolerances import fp32_atol
 
@@ -50,8 +51,8 @@ def teacher_forced(config, params, prompts, completions):
 def boxed_stop(ro, r, decode) -> bool:
     """Leaf r ends right after the token that completes a box in its text."""
     tokens = ro.completion(r)
-    return (decode is not None and tree_schedule.complete_box(decode(tokens))
-            and not tree_schedule.complete_box(decode(tokens[:-1])))
+    return (decode is not None and complete_box(decode(tokens))
+            and not complete_box(decode(tokens[:-1])))
 
 
 def check_tree(ro, tree, num_prompts, decode=None):
@@ -198,29 +199,33 @@ PLAIN = SamplingParams(temperature=1.0)
 def test_complete_box():
     for text in ["\\boxed{5}", "x \\boxed{\\frac{1}{2}} y", "\\boxed{5} then \\boxed{",
                  "\\fbox{3}", "\\boxed {7}"]:
-        assert tree_schedule.complete_box(text), text
+        assert complete_box(text), text
     for text in ["", "\\boxed{5", "\\boxed 5", "\\boxed{\\frac{1}{2}", "boxed{5}", "}\\boxed{"]:
-        assert not tree_schedule.complete_box(text), text
+        assert not complete_box(text), text
 
 
 def test_segment_finish_rules():
-    """Order: repetition, stop token, boxed (cut after the box), max depth."""
+    """Order: repetition, stop token, the text rule (a box: cut after it), max depth."""
     decode = text_decode(lambda t: {0: "\\boxed{", 1: "}", 2: "5", 3: "x" * 40}.get(t, "a"))
     tree = TreeConfig(segment_len=8, max_depth=3, page_size=4)
     seg = np.array([2, 1, 9, 9])  # "5}aa": completes a box opened in an earlier segment
     opened = np.array([9, 0])
-    assert tree_schedule.segment_finish(seg, opened, False, 1, tree, decode) == ("stop", 2)
-    assert tree_schedule.segment_finish(np.array([9, 0, 2, 1, 9, 9]), np.zeros(0), False, 1,
-                                        tree, decode) == ("stop", 4)
+    box = complete_box
+
+    def finish(segment, before, stopped, depth, decode=decode, stop_text=box):
+        return tree_schedule.segment_finish(segment, before, stopped, depth, tree, decode,
+                                            stop_text)
+
+    assert finish(seg, opened, False, 1) == ("stop", 2)
+    assert finish(np.array([9, 0, 2, 1, 9, 9]), np.zeros(0), False, 1) == ("stop", 4)
     # a stop token keeps the whole segment, box or not
-    assert tree_schedule.segment_finish(seg, opened, True, 1, tree, decode) == ("stop", 4)
+    assert finish(seg, opened, True, 1) == ("stop", 4)
     # no box: continue, or "length" at max_depth
-    assert tree_schedule.segment_finish(seg, np.zeros(0), False, 2, tree, decode) == ("", 4)
-    assert tree_schedule.segment_finish(seg, np.zeros(0), False, 3, tree, decode) == ("length", 4)
-    # no decode or stop_on_boxed off: the box is not seen
-    assert tree_schedule.segment_finish(seg, opened, False, 1, tree, None) == ("", 4)
-    off = TreeConfig(segment_len=8, max_depth=3, page_size=4, stop_on_boxed=False)
-    assert tree_schedule.segment_finish(seg, opened, False, 1, off, decode) == ("", 4)
+    assert finish(seg, np.zeros(0), False, 2) == ("", 4)
+    assert finish(seg, np.zeros(0), False, 3) == ("length", 4)
+    # no decode, or no text rule: the box is not seen
+    assert finish(seg, opened, False, 1, decode=None) == ("", 4)
+    assert finish(seg, opened, False, 1, stop_text=None) == ("", 4)
     # repetition first: 40 x's hold a 32-char substring 9 times, even with a stop token
     loop = np.array([0, 2, 3, 1])
     assert tree_schedule.segment_finish(loop, np.zeros(0), True, 1, tree, decode) == (
@@ -236,7 +241,6 @@ def test_segment_finish_rules():
 def test_repetition_checks_and_defaults():
     tree = TreeConfig()
     assert (tree.repetition_chars, tree.repetition_ngram, tree.repetition_count) == (32, 8, 8)
-    assert tree.stop_on_boxed
     unit = "the same sentence over and over; "  # 33 characters
     assert tree_schedule.char_repetition(unit * 8)
     assert not tree_schedule.char_repetition(unit * 7)
@@ -293,7 +297,7 @@ def test_boxed_answer_stops_and_cuts_paths(tiny):
                       page_size=4)
     prompts = prompts_for(4, [7, 12])
     ro = tree_generate(config, params, prompts, tree, PLAIN, jax.random.key(5),
-                       decode=BOX_DECODE)
+                       decode=BOX_DECODE, stop_text=complete_box)
     check_tree(ro, tree, 2, decode=BOX_DECODE)
     assert ro.stats["pages_in_use_after_release"] == 0
     boxed = [r for r in range(len(ro)) if ro.finish_reason[r] == "stop"]
@@ -302,7 +306,7 @@ def test_boxed_answer_stops_and_cuts_paths(tiny):
     assert any(ro.lengths[r] % tree.segment_len for r in boxed)
     for r in range(len(ro)):
         if r not in boxed:
-            assert not tree_schedule.complete_box(BOX_DECODE(ro.completion(r)))
+            assert not complete_box(BOX_DECODE(ro.completion(r)))
     # log-probs stay aligned with the cut tokens
     ref = teacher_forced(config, params, [prompts[i] for i in ro.prompt_index],
                          [ro.completion(r) for r in range(len(ro))])
@@ -310,12 +314,14 @@ def test_boxed_answer_stops_and_cuts_paths(tiny):
         np.testing.assert_allclose(ro.raw_logprobs[r, :len(want)], want,
                                    atol=fp32_atol(want, config.mlp_dim), rtol=0)
         assert np.all(ro.raw_logprobs[r, len(want):] == 0)
-    # without a decode (or with stop_on_boxed off) boxes are not looked for
-    off = dataclasses.replace(tree, stop_on_boxed=False)
-    for kwargs, cfg in [({}, tree), ({"decode": BOX_DECODE}, off)]:
-        plain = tree_generate(config, params, prompts, cfg, PLAIN, jax.random.key(5), **kwargs)
-        check_tree(plain, cfg, 2)
-        assert not np.any(plain.finish_reason == "stop")
+    # without a text rule boxes are not looked for; a rule without a decode is refused
+    plain = tree_generate(config, params, prompts, tree, PLAIN, jax.random.key(5),
+                          decode=BOX_DECODE)
+    check_tree(plain, tree, 2)
+    assert not np.any(plain.finish_reason == "stop")
+    with pytest.raises(ValueError, match="stop_text needs decode"):
+        tree_generate(config, params, prompts, tree, PLAIN, jax.random.key(5),
+                      stop_text=complete_box)
 
 
 def test_repetitive_text_stops_and_restarts_from_the_prompt(tiny):
@@ -335,16 +341,13 @@ def test_repetitive_text_stops_and_restarts_from_the_prompt(tiny):
 
 
 def test_tree_config_from_the_config_section():
-    from configs.base import sampling_section
-    from rl.build import _tree
-
     s = sampling_section()
     s.sampler, s.max_new_tokens, s.page_size = "tree", 64, 16
     default = _tree(s)
-    assert default.stop_on_boxed and default.repetition_chars == 32
+    assert default.repetition_chars == 32
     s.tree.stop_on_boxed, s.tree.repetition_chars, s.tree.repetition_ngram = False, 16, 0
     tree = _tree(s)
-    assert (tree.stop_on_boxed, tree.repetition_chars, tree.repetition_ngram) == (False, 16, 0)
+    assert (tree.repetition_chars, tree.repetition_ngram) == (16, 0)
 
 
 def test_finished_siblings_hand_their_children_to_the_others(tiny, monkeypatch):

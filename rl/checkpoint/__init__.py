@@ -1,0 +1,11 @@
+"""Fault tolerance in two tiers, and the step loop that uses them.
+
+  rl.checkpoint.persistent  Orbax checkpoints of a run's full state, resumed exactly
+  rl.checkpoint.snapshot    in-memory snapshots on the host, for rollback
+  rl.checkpoint.loop        `fit(job, ...)`: resume, snapshots, rollback of failed
+                            steps, persistent checkpoints, preemption
+  rl.checkpoint.preemption  SIGTERM / SIGINT: finish or abandon the step, checkpoint
+  rl.checkpoint.faults      fault injection for the tests (`config.fault`)
+
+Design and measurements: docs/fault_tolerance.md.
+"""

@@ -1,0 +1,191 @@
+"""The fault-tolerant step loop shared by RL (`rl.train.trainer`) and SFT (`rl.train.sft`).
+
+    summary = fit(job, directory=os.path.join(workdir, "checkpoints"), section=cfg.checkpoint)
+
+A job is an object with
+  run_ (rl.train.build.Run), checkpoint_config (what a resume must match), total_steps,
+  log (rl.train.logs.RunLog)
+  get_state() / set_state(tree)   every device array it changes ("params" + the rest)
+  host_state() / set_host_state(d)   JSON: data position, counters
+  data_state() / set_data_state(d)   the data iterator's position alone
+  step(step) -> metrics            one step; raises on failure
+  evaluate() -> metrics, eval_due(step), after_step(step) (exports)
+`fit`:
+  * resumes from the newest usable checkpoint in `directory` (damaged ones are
+    skipped with a warning) and rewinds the logs to it;
+  * runs the steps; every `snapshot_every` steps it snapshots the state in host
+    memory (`rl.checkpoint.snapshot`), every `every` steps and at the end it writes a
+    persistent checkpoint (`rl.checkpoint`, asynchronous);
+  * a step that raises, or whose loss or gradient norm is not finite, is rolled
+    back: the last snapshot is restored, the batch the step consumed is skipped
+    (the iterator keeps its position past it), a `rollback` event goes to the
+    log, and the loop goes on from the snapshot's step. `max_rollbacks` failed
+    steps in a row stop the run (`RunStopped`) after saving the last good state;
+  * on SIGTERM / SIGINT (`rl.checkpoint.preemption`) it checkpoints at the end of the step
+    and raises `Preempted`; an abandoned step saves the last snapshot instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from rl.checkpoint.persistent import Checkpoints
+from rl.checkpoint.preemption import Abandoned, Preempted, Watch
+from rl.checkpoint.snapshot import Snapshots
+
+FINITE_KEYS = ("learner/loss", "learner/grad_norm", "loss", "grad_norm")
+
+
+class RunStopped(Exception):
+    """The run cannot go on (repeated failures); a checkpoint of the last good state exists."""
+
+
+class NonFinite(ArithmeticError):
+    """A step's loss or gradient norm is NaN or infinite."""
+
+
+def check_finite(metrics: dict) -> None:
+    for key in FINITE_KEYS:
+        value = metrics.get(key)
+        if value is not None and not math.isfinite(float(value)):
+            raise NonFinite(f"non-finite {key} ({float(value)})")
+
+
+def describe(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
+
+
+class _Loop:
+    def __init__(self, job, directory: str, section, stream):
+        self.job, self.section, self.stream = job, section, stream or sys.stderr
+        self.ckpts = Checkpoints(directory, config=job.checkpoint_config,
+                                 run_config=job.run_.cfg, keep=section.keep,
+                                 asynchronous=section.asynchronous, stream=self.stream)
+        self.snaps = Snapshots()
+        self.skips: dict[int, dict] = {}  # step -> data position to continue from there
+        self.saved: set[int] = set()  # steps this process has checkpointed
+        self.template = None
+
+    # -- state --------------------------------------------------------------------------------
+    def host(self) -> dict:
+        return {"job": self.job.host_state(),
+                "skips": {str(k): v for k, v in sorted(self.skips.items())}}
+
+    def load(self, state: Any, host: dict) -> None:
+        self.job.set_state(state)
+        self.job.set_host_state(host["job"])
+        self.skips = {int(k): v for k, v in host["skips"].items()}
+
+    def save(self, step: int, *, wait: bool = False) -> None:
+        """A persistent checkpoint of the current state as `step` (once per step: a step
+        saved earlier, on disk or still being written, is only waited for)."""
+        if step in self.saved or step in self.ckpts.steps():
+            if wait:
+                self.ckpts.wait()
+            return
+        self.ckpts.save(step, self.job.get_state(), self.host(), wait=wait)
+        self.saved.add(step)
+
+    def save_snapshot(self) -> int:
+        """Restores the last complete snapshot and writes it to disk; returns its step."""
+        step, state, host = self.snaps.restore(self.template)
+        self.load(state, host)
+        self.job.log.rewind(step)
+        self.save(step, wait=True)
+        return step
+
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=self.stream, flush=True)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> dict:
+        job, s = self.job, self.section
+        self.template = job.get_state()
+        found = self.ckpts.restore_latest(self.template)
+        start = 0
+        if found is not None:
+            start, state, host = found
+            self.load(state, host)
+        if start >= job.total_steps:  # nothing to run: the logs stay as they are
+            self.ckpts.close()
+            return {"before": job.log.record(0), "after": job.log.record(start),
+                    "resumed_from": start, "finished": True}
+        if start:
+            job.log.rewind(start)
+            print(f"resumed from checkpoint step {start} ({self.ckpts.path(start)})",
+                  file=job.log.stream, flush=True)
+        else:
+            job.log.start_over()
+        if start == 0:
+            before = job.evaluate()
+            if before:
+                job.log.write(0, before, console=False)
+        before = job.log.record(0)
+        self.snaps.take(start, job.get_state(), self.host())
+        metrics: dict = {}
+        failures = 0
+        try:
+            with Watch(s.abandon_after_s, stream=self.stream) as watch:
+                step = start + 1
+                while step <= job.total_steps:
+                    try:
+                        if step in self.skips:
+                            job.set_data_state(self.skips[step])
+                        metrics = job.step(step)
+                        check_finite(metrics)
+                        if job.eval_due(step):
+                            metrics.update(job.evaluate())
+                    except Exception as e:  # noqa: BLE001 - any failure of a step rolls back
+                        failures += 1
+                        step = self.rollback(step, e, failures)
+                        continue
+                    failures = 0
+                    job.log.write(step, metrics)
+                    if s.snapshot_every and step % s.snapshot_every == 0:
+                        self.snaps.take(step, job.get_state(), self.host())
+                    if (s.every and step % s.every == 0) or step == job.total_steps:
+                        self.save(step)
+                    job.after_step(step)
+                    if watch.requested:
+                        self.save(step, wait=True)
+                        raise Preempted(watch.requested, step, self.ckpts.path(step))
+                    step += 1
+        except Abandoned:
+            saved = self.save_snapshot()
+            raise Preempted(watch.requested or 15, saved, self.ckpts.path(saved)) from None
+        finally:
+            self.ckpts.close()
+        after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
+        return {"before": before, "after": after, "resumed_from": start, "finished": False}
+
+    def rollback(self, step: int, error: Exception, failures: int) -> int:
+        """Restores the last snapshot after step `step` failed; returns the step to run next."""
+        cause = describe(error)
+        if failures >= self.section.max_rollbacks:
+            saved = self.save_snapshot()
+            raise RunStopped(
+                f"step {step} failed {failures} times in a row (checkpoint.max_rollbacks="
+                f"{self.section.max_rollbacks}; last: {cause}). The last good state is "
+                f"saved as {self.ckpts.path(saved)}: fix the cause and rerun to resume") from error
+        position = self.job.data_state()  # past the batch the failed step consumed
+        skips = dict(self.skips)  # a snapshot older than a past rollback lacks its skip
+        restored, state, host = self.snaps.restore(self.template)
+        self.load(state, host)
+        self.skips = {**self.skips, **{k: v for k, v in skips.items() if k > restored},
+                      step: position}
+        self.job.log.rewind(restored)
+        self.job.log.event(step, "rollback", cause=cause, restored_step=restored,
+                           consecutive=failures)
+        self.warn(f"step {step} failed ({cause}): rolled back to step {restored} and skipped "
+                  f"its batch ({failures}/{self.section.max_rollbacks} in a row)")
+        return restored + 1
+
+
+def fit(job, *, directory: str, section, stream=None) -> dict:
+    """Runs `job` to `job.total_steps` with resume, snapshots, rollback and preemption
+    (see the module doc). Returns {"before", "after", "resumed_from", "finished"}."""
+    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    return _Loop(job, directory, section, stream).run()

@@ -1,0 +1,355 @@
+"""The persistent tier: a run's full state in Orbax checkpoints, resumed exactly.
+
+    ckpts = Checkpoints(os.path.join(workdir, "checkpoints"), config=cfg, keep=3)
+    ckpts.save(step, state, host)                 # asynchronous: returns after the copy
+    found = ckpts.restore_latest(template)        # (step, state, host) or None
+    ckpts.close()                                 # waits for the last write
+
+A checkpoint is one Orbax step directory with three items:
+  params  the policy's parameters (alone, so `launch.export` / `launch.evaluate`
+          read only them);
+  state   every other array of the job: optimizer state, update counter and
+          every PRNG stream (typed keys are stored as their key data);
+  meta    JSON: the step, the config a resume must match (`config`: the run's,
+          or the SFT warm start's fingerprint), the run's full config
+          (`run_config`, for `launch.export`), the host-side state (the data
+          iterator's position, dynamic-sampling counters, skipped batches) and a
+          checksum of each array (`checksums`).
+Orbax writes into a temporary directory and renames it when complete, so a
+process killed mid-write leaves no step that looks complete. A step whose
+files fail to load, or whose arrays do not match their checksums, is
+damaged: `restore_latest` warns, names it and falls back to the one before
+(deleting the damaged ones once a usable step is found: the resumed run
+writes those steps again); with none usable it raises `CheckpointError` and
+deletes nothing (never a silent fresh start).
+
+`differences(stored, current)` names the config keys that forbid a resume:
+everything but `RESUMABLE` (steps, logging, eval cadence, the mesh, the
+checkpoint and fault sections).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from models import multihost
+
+FORMAT = 1
+TMP_MARKER = ".orbax-checkpoint-tmp"
+# Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
+# optimizer, seed, ...) must equal the checkpoint's.
+RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export_every",
+             "train.tensorboard", "train.plot", "eval.batch_prompts", "sft.steps",
+             "sft.eval_every", "mesh.", "checkpoint.", "fault.", "compilation_cache",
+             "rl.reference.offload", "cpu_xla_flags")
+
+
+class CheckpointError(Exception):
+    """No usable checkpoint where one was expected, or one this run cannot resume."""
+
+
+class _OrbaxBelowError(logging.Filter):
+    """Drops Orbax's log records below ERROR (it logs every save and restore at INFO
+    through absl; a run prints its own lines). Other absl records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or "orbax" not in record.pathname
+
+
+_FILTER = _OrbaxBelowError()
+
+
+def _quiet_orbax() -> None:
+    logger = logging.getLogger("absl")
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)
+
+
+# -- arrays -----------------------------------------------------------------------------------
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def storable(tree: Any) -> Any:
+    """`tree` with typed PRNG keys replaced by their uint32 key data (what Orbax and
+    host copies hold)."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def unstorable(tree: Any, template: Any) -> Any:
+    """Inverse of `storable`: wraps key data back into keys where `template` has keys."""
+    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x, impl=jax.random.key_impl(t))
+                        if _is_key(t) else x, tree, template)
+
+
+def abstract(tree: Any) -> Any:
+    """ShapeDtypeStructs (with shardings) of `storable(tree)`: Orbax's restore target."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                        storable(tree))
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+    """uint32 position-weighted sum of a leaf's bits (wraps around)."""
+    if x.dtype == jnp.bool_:
+        bits = x.astype(jnp.uint32)
+    else:
+        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+    bits = bits.reshape(-1)
+    weights = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)
+    return jnp.sum(bits * weights, dtype=jnp.uint32)
+
+
+_checksums = jax.jit(lambda tree: [_leaf_checksum(x) for x in jax.tree.leaves(tree)])
+
+
+def checksums(tree: Any) -> list[int]:
+    """One uint32 per array leaf of `storable(tree)`: detects any changed bit."""
+    return [int(c) for c in multihost.to_host(_checksums(storable(tree)))]
+
+
+# -- configs ----------------------------------------------------------------------------------
+def config_dict(cfg) -> dict:
+    """The JSON form of a config (as stored in a checkpoint's meta)."""
+    raw = cfg.to_dict() if hasattr(cfg, "to_dict") else cfg
+    return json.loads(json.dumps(raw, default=str))
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def differences(stored: dict, current: dict) -> list[str]:
+    """`key: stored -> current` for each non-resumable key whose value differs."""
+    a, b = _flatten(stored), _flatten(current)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key.startswith(RESUMABLE) or key in RESUMABLE:
+            continue
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            out.append(f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}")
+    return out
+
+
+# -- the manager ------------------------------------------------------------------------------
+class Checkpoints:
+    """Orbax `CheckpointManager` over DIR with the items params / state / meta."""
+
+    def __init__(self, directory: str, *, config=None, run_config=None, keep: int = 3,
+                 asynchronous: bool = True, stream=None, read_only: bool = False):
+        _quiet_orbax()
+        self.ocp, self.directory = ocp, os.path.abspath(directory)
+        self.config = config_dict(config) if config is not None else None
+        self.run_config = config_dict(run_config) if run_config is not None else self.config
+        self.stream = stream or sys.stderr
+        self.incomplete = incomplete_steps(self.directory)  # before Orbax cleans them up
+        self.manager = ocp.CheckpointManager(
+            self.directory, item_names=("params", "state", "meta"),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, enable_async_checkpointing=asynchronous,
+                create=not read_only, read_only=read_only,
+                cleanup_tmp_directories=not read_only))
+        self.last_save_blocking_s = 0.0
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def save(self, step: int, state: Any, host: dict, *, wait: bool = False) -> None:
+        """Writes `state` (a pytree with a "params" entry) and `host` (JSON) as step
+        `step`; returns once the arrays are copied (the write goes on in the
+        background) or, with `wait`, once it is on disk."""
+        start = time.perf_counter()
+        state = storable(state)
+        rest = {k: v for k, v in state.items() if k != "params"}
+        meta = {"format": FORMAT, "step": int(step), "config": self.config,
+                "run_config": self.run_config, "host": host,
+                "checksums": {"params": checksums(state["params"]), "state": checksums(rest)}}
+        args = self.ocp.args
+        self.manager.save(step, force=True, args=args.Composite(
+            params=args.StandardSave(state["params"]), state=args.StandardSave(rest),
+            meta=args.JsonSave(meta)))
+        if wait:
+            self.manager.wait_until_finished()
+        self.last_save_blocking_s = time.perf_counter() - start
+
+    def meta(self, step: int) -> dict:
+        return self.manager.restore(step, args=self.ocp.args.Composite(
+            meta=self.ocp.args.JsonRestore()))["meta"]
+
+    def latest_meta(self) -> dict | None:
+        """The meta of the newest step whose meta reads (no arrays are loaded)."""
+        for step in reversed(self.steps()):
+            try:
+                return self.meta(step)
+            except Exception:  # noqa: BLE001 - a damaged step; restore_latest names it
+                continue
+        return None
+
+    def restore(self, step: int, template: Any) -> tuple[Any, dict]:
+        """(state, host) of step `step`, placed like `template` (a pytree with a
+        "params" entry); raises when the files are damaged or fail their checksums."""
+        target = abstract(template)
+        rest = {k: v for k, v in target.items() if k != "params"}
+        args = self.ocp.args
+        out = self.manager.restore(step, args=args.Composite(
+            params=args.StandardRestore(target["params"]), state=args.StandardRestore(rest),
+            meta=args.JsonRestore()))
+        meta = out["meta"]
+        if meta.get("format") != FORMAT:
+            raise CheckpointError(f"unknown checkpoint format {meta.get('format')!r}")
+        sums = meta["checksums"]
+        if (checksums(out["params"]) != sums["params"]
+                or checksums(dict(out["state"])) != sums["state"]):
+            raise CheckpointError("arrays do not match their checksums")
+        state = unstorable({"params": out["params"], **dict(out["state"])}, template)
+        return state, meta["host"]
+
+    def restore_latest(self, template: Any) -> tuple[int, Any, dict] | None:
+        """The newest usable step as (step, state, host); None when there is no
+        checkpoint. Damaged steps are skipped with a warning; CheckpointError when
+        every step is damaged."""
+        for name in self.incomplete:
+            self.warn(f"checkpoint {name} is incomplete (the process stopped while writing "
+                      "it): skipped")
+        steps = self.steps()
+        damaged = []
+        for step in reversed(steps):
+            try:
+                state, host = self.restore(step, template)
+            except Exception as e:  # noqa: BLE001 - any failure to read a step = damaged
+                damaged.append(step)
+                reason = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+                older = [s for s in steps if s < step]
+                self.warn(f"checkpoint {self.path(step)} is damaged ({reason}); "
+                          + (f"trying step {older[-1]}" if older else "no older checkpoint"))
+                continue
+            for bad in damaged:  # the run will write these steps again
+                self.manager.delete(bad)
+                self.warn(f"deleted the damaged checkpoint {self.path(bad)}")
+            return step, state, host
+        if damaged:
+            raise CheckpointError(
+                f"no usable checkpoint in {self.directory}: step(s) "
+                f"{', '.join(map(str, sorted(damaged)))} are damaged. Pass --fresh to start "
+                "over (this deletes them)")
+        return None
+
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=self.stream, flush=True)
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def incomplete_steps(directory: str) -> list[str]:
+    """Step directories Orbax left unfinished (a process killed mid-write)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if TMP_MARKER in n)
+
+
+def check_resume(directory: str, cfg) -> dict | None:
+    """Before any compute: the newest readable checkpoint's meta in `directory`
+    (None when there is none), after checking that `cfg` may resume it (raises
+    CheckpointError naming every differing key)."""
+    if not os.path.isdir(directory):
+        return None
+    ckpts = Checkpoints(directory, config=cfg, asynchronous=False, read_only=True)
+    try:
+        if not ckpts.steps():
+            return None
+        meta = ckpts.latest_meta()
+    finally:
+        ckpts.manager.close()
+    if meta is None:
+        return {"step": None}  # every step is damaged: restore_latest reports it
+    diff = differences(meta["config"], config_dict(cfg))
+    if diff:
+        raise CheckpointError(
+            f"cannot resume from {directory} (step {meta['step']}): the config differs in "
+            f"{'; '.join(diff)}. Use the checkpoint's config (DIR/config.json) or pass "
+            "--fresh to start over")
+    return meta
+
+
+def stored_steps(directory: str) -> list[int]:
+    """The steps of the checkpoints in `directory`, ascending (none are read)."""
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
+    try:
+        return ckpts.steps()
+    finally:
+        ckpts.manager.close()
+
+
+def restore_params(directory: str, template: Any, step: int | None = None) -> tuple[int, Any]:
+    """(step, params) from a checkpoint directory (the newest usable step when `step` is
+    None), placed like `template` (the policy's params, or their ShapeDtypeStructs)."""
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
+    try:
+        steps = ckpts.steps()
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {directory}")
+        if step is not None and step not in steps:
+            raise CheckpointError(f"no checkpoint of step {step} in {directory} (steps: "
+                                  f"{', '.join(map(str, steps))})")
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                             sharding=x.sharding), template)
+        args = ckpts.ocp.args
+        for candidate in ([step] if step is not None else list(reversed(steps))):
+            try:
+                out = ckpts.manager.restore(candidate, args=args.Composite(
+                    params=args.StandardRestore(target), meta=args.JsonRestore()))
+                if checksums(out["params"]) != out["meta"]["checksums"]["params"]:
+                    raise CheckpointError("arrays do not match their checksums")
+                return candidate, out["params"]
+            except Exception as e:  # noqa: BLE001
+                if step is not None:
+                    raise CheckpointError(f"checkpoint {ckpts.path(candidate)} is damaged "
+                                          f"({type(e).__name__}: {e})") from None
+                ckpts.warn(f"checkpoint {ckpts.path(candidate)} is damaged: skipped")
+        raise CheckpointError(f"no usable checkpoint in {directory}")
+    finally:
+        ckpts.manager.close()
+
+
+def stored_config(directory: str, step: int | None = None) -> dict:
+    """The run's full config dict stored with a checkpoint (the newest readable one by
+    default)."""
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
+    try:
+        meta = ckpts.meta(step) if step is not None else ckpts.latest_meta()
+    finally:
+        ckpts.manager.close()
+    if meta is None:
+        raise CheckpointError(f"no readable checkpoint in {directory}")
+    return meta["run_config"]
+

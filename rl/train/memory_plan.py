@@ -1,0 +1,390 @@
+"""Per-device memory of one RL step, planned from the resolved config: no arrays, no compute.
+
+    run = rl.train.build.resolve(cfg)
+    p = rl.train.memory_plan.plan(run)                       # or plan(run, mesh_sizes={...})
+    print(p.format("h100-80gb")); p.check("h100-80gb")  # ValueError when it cannot fit
+    rl.train.memory_plan.preflight(run)  # both, against this process's devices: a run's start
+
+Phases. The persistent state lives through the whole step; the sampler and the learner run
+one after the other and free their buffers in between; decode's weight copies and the
+prefill's tensors are never live together, nor the backward's activations and the
+optimizer's update tree. So the total is the step's peak, not the sum of the terms:
+
+    total   = params + optimizer + reference + max(sampler, learner)
+    sampler = kv_pool + max(decode_weights, prefill)
+    learner = gradients + max(activations, update)
+
+Scoring (old/reference log-probs) is a forward pass of the learner's shapes without
+gradients: below the learner phase.
+
+Notation: L layers, D hidden, F mlp, H heads, K kv heads, Dh head dim, V vocab; b_p / b_c
+bytes per element of model.param_dtype / model.dtype. P prompts_per_step (sampler, flat:
+times rollout.over_provision with APRIL), n samples drawn per prompt, G the learner's group
+(`Run.samples_per_prompt`), m train.minibatches, C completion length, Lp the longest prompt
+(of the first 256 train prompts, encoded), Tp = round_up(Lp, 16), S = max(C - 1, 1).
+
+Sharding: each tensor's logical axes go through `models.sharding.logical_to_spec` with the
+mesh axis sizes (no jax Mesh needed): a dim is split over the product of the mesh axes its
+rule keeps (only dividing ones), and the tensor costs prod(dim // split) × itemsize on every
+device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab over tensor.
+
+  params       Σ over `models.params.param_specs` leaves of their shards × b_p.
+  optimizer    optax.adamw: mu and nu with the params' shapes, shardings and dtype
+               (mu_dtype unset keeps the params'): 2 × params (+ two int32 counts).
+  reference    a copy of the policy sharded like it when the algorithm keeps one
+               (`Algorithm.needs_reference`), else 0; 0 with rl.reference.offload (in host
+               memory; on the devices only while it scores, next to no gradients).
+  kv_pool      the largest sampling call's pool, k [L, pages, K, Dh, ps] + v [L, pages, K,
+               ps, Dh], b_c, kv heads over tensor (pages whole on every device,
+               docs/sampling.md), plus that decode call's tails k/v [L, R, K, Dh, W]
+               (W = its steps; n = 1: the rows share nothing and the decode views their
+               whole context), the step's new k/v [L, R, K, Dh] and logits [R, V] fp32 × 2.
+               flat: pages = 1 + pow2(P)·pp + R·gp, R = row_bucket(P·n), pp = pow2(ceil(Lp /
+                     ps)), seg = min(segment_len, ps·ceil(max_new / ps)), gp = ceil(max_new /
+                     seg)·seg / ps, W = seg;
+               tree: pages = 1 + pow2(P)·(pp + leaves·max_depth·seg_t / ps),
+                     R = row_bucket(P·leaves), W = seg_t (tree.segment_len).
+  decode_weights  what decode adds to the weights: the output head [D, V] in b_c (tied:
+               the embedding transposed; or cast), and one layer's weights sliced by the
+               layer scan. The trainer's sampler gets the mesh, so it uses the weights
+               where they are (no fused q|k|v, gate|up copies: docs/sampling.md).
+  prefill      the prompt forward, one layer at a time: its weight slice + 3 [B, Ts, F] +
+               4 [B, Ts, D] (b_c) + 2 fp32 score blocks [B, H, Ts, blk], B = pow2(P),
+               Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))).
+  gradients    params-shaped, in the params' dtype and sharding: = params.
+  update       the AdamW update tree (params-shaped, b_p) that optax builds from the clipped
+               gradients before `apply_updates`, live with them: = params.
+  activations  the backward of one minibatch: p = P/m groups, N = p·G rows, T = p·(Tp + G·S)
+               packed tokens (`models.shared_prefix_hidden_states`). One layer's tensors
+               (b_c unless marked):
+                 r = 5·T·F (gate, up, sigmoid, silu, silu·up) + 6·T·D (layer input, mid
+                     residual, two RMSNorms' normalised inputs and outputs) + 2·T·H·Dh
+                     (q heads-major, attention output) + 2·p·Tp·K·Dh (prompt k, v)
+                     + 2·N·(Tp + S)·K·Dh (each sample's [prompt | own] k, v)
+                     + 2·4·H·(p·Tp² + N·S·(Tp + S)) (fp32 softmax)
+               saved per layer s: none r (+ the layer's weights cast to b_c when b_p ≠ b_c);
+                 dots the matmul outputs T·(H·Dh + 2·K·Dh + D + 2F + D) + the input T·D;
+                 full the input T·D.
+               activations = L·s + max(head, r) + one layer's weight slice + batch:
+                 r = the layer being differentiated: its cotangents (none) or its
+                 recomputed tensors (full, dots) next to what the layers saved;
+                 head = 3 × [N, size, V] fp32 (one `chunk_layout` block's logits, probs,
+                 cotangent; size = ceil(C / ceil(C / min(logits_chunk, C)))) + 3 × [N, C, D];
+                 batch = [P·G, C] × 17 bytes + prompts.
+
+Checked against XLA:CPU on one device (tests/rl/train/test_memory_plan.py: live arrays + each
+program's temp allocation): the total within 2% for tiny and small; across remat
+none/full/dots and batches up to tiny's default step, totals -5% to +10%, activations alone
+-11% (full) to +17% (dots), none +3% to +6%. Not modelled: XLA:CPU computes
+bfloat16 in fp32 and keeps fp32 copies (bf16 measures above the plan there); APRIL's
+resumed rows prefill prompt + partial completion (longer prompts than planned).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import types
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from models import params as params_lib
+from models import sharding
+from models.config import DTYPES
+from sampling.layout import next_pow2 as pow2
+from sampling.layout import row_bucket
+
+GiB, MiB = 1 << 30, 1 << 20
+# Memory per chip/GPU. Cloud TPU docs (tpu/docs/v4, v5e, v5p, v6e) give HBM per chip as
+# 32, 16, 95 and 32 "GB", binary sizes: GiB here. NVIDIA: the totals NVML (nvidia-smi)
+# reports for the H100 SXM "80GB", 81,559 MiB, and the H200 "141GB", 143,771 MiB.
+ACCELERATORS: dict[str, int] = {
+    "tpu-v4": 32 * GiB, "tpu-v5e": 16 * GiB, "tpu-v5p": 95 * GiB, "tpu-v6e": 32 * GiB,
+    "h100-80gb": 81_559 * MiB, "h200-141gb": 143_771 * MiB,
+    "cpu": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),  # this host's RAM
+}
+PERSISTENT = ("params", "optimizer", "reference")
+SAMPLER = ("kv_pool", "decode_weights", "prefill")
+LEARNER = ("gradients", "activations", "update")
+PROMPTS_SCANNED = 256
+
+
+def mesh_sizes(section: Mapping, devices: int) -> dict[str, int]:
+    """{data, fsdp, tensor} of a `config.mesh` section on `devices` devices (one -1 = the
+    rest), without a Mesh; ValueError when they do not multiply to `devices`."""
+    sizes = {a: int(section[a]) for a in sharding.MESH_AXES}
+    free = [a for a, s in sizes.items() if s == -1]
+    known = math.prod(s for s in sizes.values() if s != -1)
+    if len(free) > 1 or any(s == 0 or s < -1 for s in sizes.values()) or devices % known:
+        raise ValueError(f"mesh {sizes} does not fit {devices} devices")
+    if free:
+        sizes[free[0]] = devices // known
+    if math.prod(sizes.values()) != devices:
+        raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices, "
+                         f"not {devices}")
+    return sizes
+
+
+def split(axes, shape, sizes: Mapping[str, int], rules) -> tuple[int, ...]:
+    """Per dim, how many ways the mesh splits it: `models.sharding.logical_to_spec` on
+    mesh axis sizes alone (it reads nothing of a mesh but `mesh.shape`)."""
+    spec = sharding.logical_to_spec(axes, shape, types.SimpleNamespace(shape=dict(sizes)),
+                                    rules, "memory_plan")
+    out = []
+    for entry in tuple(spec) + (None,) * (len(shape) - len(spec)):
+        names = entry if isinstance(entry, tuple) else (entry,) if entry else ()
+        out.append(math.prod(sizes[a] for a in names))
+    return tuple(out)
+
+
+def shard_bytes(shape, axes, itemsize: int, sizes, rules) -> int:
+    """Bytes of one device's shard (every device holds the same: the splits divide)."""
+    return math.prod(d // f for d, f in zip(shape, split(axes, shape, sizes, rules))) * itemsize
+
+
+@dataclasses.dataclass
+class Plan:
+    """Bytes per device of each term (module docstring); `total` is the step's peak."""
+
+    params: int
+    optimizer: int
+    reference: int
+    kv_pool: int
+    decode_weights: int
+    prefill: int
+    gradients: int
+    activations: int
+    update: int
+    settings: dict = dataclasses.field(default_factory=dict)  # what the advice names
+    shapes: dict = dataclasses.field(default_factory=dict)    # the sizes planned for
+
+    @property
+    def persistent(self) -> int:
+        return self.params + self.optimizer + self.reference
+
+    @property
+    def sampler(self) -> int:
+        return self.kv_pool + max(self.decode_weights, self.prefill)
+
+    @property
+    def learner(self) -> int:
+        return self.gradients + max(self.activations, self.update)
+
+    @property
+    def total(self) -> int:
+        return self.persistent + max(self.sampler, self.learner)
+
+    def peak_terms(self) -> tuple[str, ...]:
+        """The terms the total adds up."""
+        if self.sampler > self.learner:
+            return PERSISTENT + ("kv_pool", "decode_weights" if self.decode_weights
+                                 >= self.prefill else "prefill")
+        return PERSISTENT + ("gradients", "activations" if self.activations >= self.update
+                             else "update")
+
+    def format(self, accelerator: str | None = None) -> str:
+        """An aligned table: each term per device, its share of the total, its phase."""
+        peak = self.peak_terms()
+        phase = {**dict.fromkeys(PERSISTENT, "persistent"), **dict.fromkeys(SAMPLER, "sampler"),
+                 **dict.fromkeys(LEARNER, "learner")}
+        rows = [("term", "per device", "share", "phase")]
+        rows += [(t, size(getattr(self, t)), f"{getattr(self, t) / max(self.total, 1):.0%}",
+                  phase[t] + ("" if t in peak else " (not at the peak)"))
+                 for t in PERSISTENT + SAMPLER + LEARNER]
+        rows.append(("total", size(self.total), "100%", f"persistent + max(sampler "
+                     f"{size(self.sampler)}, learner {size(self.learner)})"))
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        out = [f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}  {d}" for a, b, c, d in rows]
+        out.append("planned for " + ", ".join(f"{k}={v}" for k, v in self.shapes.items()))
+        if accelerator is not None:
+            cap = capacity(accelerator)
+            out.append(f"{accelerator}: {size(cap)} per device; the step needs "
+                       f"{self.total / cap:.0%} of it: "
+                       + ("fits" if self.total <= cap else "does NOT fit"))
+        return "\n".join(out)
+
+    def check(self, accelerator: str) -> None:
+        """ValueError, one line naming the largest term and the setting that shrinks it,
+        when the total exceeds `accelerator`'s memory."""
+        cap = capacity(accelerator)
+        if self.total <= cap:
+            return
+        term = max(self.peak_terms(), key=lambda t: getattr(self, t))
+        raise ValueError(f"the step needs {size(self.total)} per device but {accelerator} has "
+                         f"{size(cap)}; the largest term is {term} ({size(getattr(self, term))})"
+                         f": {advice(term, self.settings)}")
+
+
+def capacity(accelerator: str) -> int:
+    """Bytes per device of a named accelerator, or of this process's devices ("local": the
+    allocator's `bytes_limit` where the backend reports it (GPU, TPU), else the host's RAM
+    shared by its CPU devices)."""
+    if accelerator == "local":
+        stats = jax.local_devices()[0].memory_stats() or {}
+        return int(stats.get("bytes_limit") or ACCELERATORS["cpu"] // jax.local_device_count())
+    if accelerator not in ACCELERATORS:
+        raise ValueError(f"unknown accelerator {accelerator!r}; known: "
+                         f"{', '.join(ACCELERATORS)}, local")
+    return ACCELERATORS[accelerator]
+
+
+def preflight(run, accelerator: str = "local", *, stream=None) -> Plan:
+    """For a run's start: prints the plan (to `stream`, default stdout) against
+    `accelerator` and raises `check`'s one-line ValueError when the step cannot fit."""
+    result = plan(run)
+    print(result.format(accelerator), file=stream if stream is not None else sys.stdout)
+    result.check(accelerator)
+    return result
+
+
+def size(n: int) -> str:
+    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
+
+
+def advice(term: str, s: Mapping) -> str:
+    """The setting that shrinks `term` (`Plan.settings` holds the current values)."""
+    shard = f"raise mesh.fsdp (now {s['fsdp']}) or mesh.tensor (now {s['tensor']})"
+    if term in ("params", "optimizer", "gradients", "update", "decode_weights"):
+        return f"shard it over more devices: {shard}"
+    if term == "reference":
+        return f"{shard}, or set rl.reference.offload=True (or drop the reference: rl.kl.coef=0)"
+    if term == "activations":
+        remat = f"set model.remat=full (now {s['remat']}), or " if s["remat"] != "full" else ""
+        return (f"{remat}train fewer rows per optimizer step (raise train.minibatches, now "
+                f"{s['minibatches']}), or lower train.logits_chunk (now {s['logits_chunk']})")
+    if term == "prefill":
+        return (f"prefill fewer or shorter prompts: lower train.prompts_per_step (now "
+                f"{s['prompts_per_step']}), or raise mesh.data / mesh.tensor")
+    return (f"sample less per call: lower sampling.n (now {s['n']}), train.prompts_per_step "
+            f"(now {s['prompts_per_step']}) or sampling.max_new_tokens (now "
+            f"{s['max_new_tokens']}), or raise mesh.tensor (the pool's kv heads split over it)")
+
+
+def longest_prompt(run, count: int = PROMPTS_SCANNED) -> int:
+    """Tokens of the longest of the first `count` train prompts (encoded as the trainer
+    does)."""
+    source = run.train_source
+    return max(len(run.encode_prompt(source[i].prompt)) for i in range(min(len(source), count)))
+
+
+def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
+         prompt_len: int | None = None) -> Plan:
+    """The step's memory per device (module docstring) for `run` (`rl.train.build.resolve`).
+    `mesh_sizes` ({data, fsdp, tensor}) plans another mesh than `run.mesh`; `prompt_len`
+    replaces the scanned longest prompt."""
+    cfg, c = run.cfg, run.model_config
+    sizes, rules = dict(mesh_sizes if mesh_sizes is not None else run.mesh.shape), run.rules
+    bp = jnp.dtype(DTYPES[c.param_dtype]).itemsize
+    specs = params_lib.param_specs(c)
+    leaf = lambda s, item: shard_bytes(s.shape, s.axes, item, sizes, rules)  # noqa: E731
+    tops = [s for k, s in specs.items() if k != "layers"]
+    params = sum(leaf(s, bp) for s in [*tops, *specs["layers"].values()])
+    reference = (params if run.algorithm.needs_reference and not cfg.rl.reference.offload
+                 else 0)
+    lp = prompt_len if prompt_len is not None else longest_prompt(run)
+    kv_pool, decode_weights, prefill, sampler_shapes = _sampler_terms(run, sizes, lp)
+    activations, learner_shapes = _learner_terms(run, sizes, lp)
+    sp, big_p = run.sampling_params, int(cfg.train.prompts_per_step)
+    settings = dict(sizes, remat=c.remat, minibatches=int(cfg.train.minibatches),
+                    logits_chunk=cfg.train.logits_chunk, n=cfg.sampling.n,
+                    prompts_per_step=big_p, max_new_tokens=sp.max_new_tokens)
+    shapes = dict(mesh="x".join(str(sizes[a]) for a in sharding.MESH_AXES), prompt_len=lp,
+                  **sampler_shapes, **learner_shapes)
+    return Plan(params, 2 * params + 2 * 4, reference, kv_pool, decode_weights, prefill,
+                params, activations, params, settings, shapes)
+
+
+def _bytes(run, sizes: Mapping[str, int]):
+    """(X(shape, axes, itemsize) -> bytes per device, one layer's weight bytes(itemsize),
+    b_p, b_c) on the planned mesh."""
+    c = run.model_config
+    bp, bc = (jnp.dtype(DTYPES[d]).itemsize for d in (c.param_dtype, c.dtype))
+    layers = params_lib.param_specs(c)["layers"]
+
+    def x(shape, axes, item=bc):
+        return shard_bytes(shape, axes, item, sizes, run.rules)
+
+    def layer_w(item):  # every layer's weights: / L for one layer
+        return sum(shard_bytes(s.shape, s.axes, item, sizes, run.rules) for s in layers.values())
+
+    return x, layer_w, bp, bc
+
+
+def _sampler_terms(run, sizes: Mapping[str, int], lp: int):
+    """(kv_pool, decode_weights, prefill, shapes) of the largest sampling call."""
+    cfg, c = run.cfg, run.model_config
+    X, layer_w, bp, bc = _bytes(run, sizes)
+    L, D, F, H, K, Dh, V = (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads,
+                            c.num_kv_heads, c.head_dim, c.vocab_size)
+    sp, ps = run.sampling_params, int(cfg.sampling.page_size)
+    groups = int(cfg.train.prompts_per_step)
+    pp = pow2(-(-lp // ps))
+    if run.tree is not None:
+        t = run.tree
+        rows, width = row_bucket(groups * t.leaves_per_prompt), t.segment_len
+        pages = 1 + pow2(groups) * (pp + t.leaves_per_prompt * t.max_depth * width // ps)
+    else:
+        if cfg.rollout.april:
+            groups = math.ceil(round(groups * float(cfg.rollout.over_provision), 9))
+        n = run.samples_drawn
+        seg = min(int(cfg.sampling.segment_len), ps * -(-sp.max_new_tokens // ps))
+        gp = -(-sp.max_new_tokens // seg) * (seg // ps)
+        rows = row_bucket(groups * n)
+        pages = 1 + pow2(groups) * pp + rows * gp
+        width = seg if n > 1 else (pp + gp) * ps  # n = 1: a dense view of every page
+    kv = ("layers", None, "kv_heads", None, None)  # `engine.shard_pool`: rows not split
+    kv_pool = (X((L, pages, K, Dh, ps), kv) + X((L, pages, K, ps, Dh), kv)
+               + 2 * X((L, rows, K, Dh, width), kv)
+               + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))
+               + 2 * X((rows, V), ("batch", "vocab"), 4))
+    head = X((D, V), ("embed", "vocab")) if c.tie_embeddings or bp != bc else 0
+    decode_weights = head + layer_w(bp) // L  # the trainer's sampler gets the mesh: unfused
+    b, ts = pow2(groups), pp * ps
+    blk = min(ts, max(128, -(-ts // 16)))
+    pf = ("batch", "length")
+    prefill = (layer_w(bp) // L + 3 * X((b, ts, F), pf + ("mlp",))
+               + 4 * X((b, ts, D), pf + ("embed",))
+               + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
+    return kv_pool, decode_weights, prefill, dict(kv_pages=pages, decode_rows=rows,
+                                                  decode_width=width)
+
+
+def _learner_terms(run, sizes: Mapping[str, int], lp: int):
+    """(activations, shapes): one minibatch's backward (module docstring)."""
+    cfg, c = run.cfg, run.model_config
+    X, layer_w, bp, bc = _bytes(run, sizes)
+    L, D, F, H, K, Dh, V = (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads,
+                            c.num_kv_heads, c.head_dim, c.vocab_size)
+    m, g, cl = int(cfg.train.minibatches), run.samples_per_prompt, run.completion_len
+    big_p = int(cfg.train.prompts_per_step)
+    p = big_p // m
+    n_mb, s = p * g, max(cl - 1, 1)
+    tp = -(-max(lp, 1) // 16) * 16
+    lg = tp + g * s
+    tok = lambda last, axis: X((p, lg, last), ("batch", "length", axis))  # noqa: E731
+    heads = X((p, lg, H, Dh), ("batch", "length", "heads", "head_dim"))
+    kvh = X((p, lg, K, Dh), ("batch", "length", "kv_heads", "head_dim"))
+    kv_axes = ("batch", "length", "kv_heads", "head_dim")
+    probs = ("batch", "heads", "length", None)
+    r = (5 * tok(F, "mlp") + 6 * tok(D, "embed") + 2 * heads
+         + 2 * X((p, tp, K, Dh), kv_axes) + 2 * X((n_mb, tp + s, K, Dh), kv_axes)
+         + 2 * X((p, H, tp, tp), probs, 4) + 2 * X((n_mb, H, s, tp + s), probs, 4))
+    if c.remat == "none":
+        saved = r + (layer_w(bc) // L if bp != bc else 0)
+    elif c.remat == "dots":
+        saved = heads + 2 * kvh + 3 * tok(D, "embed") + 2 * tok(F, "mlp")
+    else:
+        saved = tok(D, "embed")
+    chunk = min(int(cfg.train.logits_chunk), cl)
+    blocks = max(-(-cl // chunk), 1)
+    block = -(-cl // blocks)
+    head_bwd = (3 * X((n_mb, block, V), ("batch", "length", "vocab"), 4)
+                + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))
+    batch = (X((big_p * g, cl), ("batch", None), 4 + 1 + 3 * 4)  # tokens, mask, 3 × f32
+             + X((big_p, tp), ("batch", None), 4) + X((big_p,), ("batch",), 4))
+    activations = L * saved + max(head_bwd, r) + layer_w(bp) // L + batch
+    return activations, dict(learner_tokens=p * lg, learner_rows=n_mb, completion_len=cl)

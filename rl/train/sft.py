@@ -1,0 +1,189 @@
+"""Supervised warm start: maximise log π(solution | prompt) on the task's solutions.
+
+    params, summary = rl.train.sft.train(run, params, workdir)
+    params, summary = rl.train.sft.warm_start(run, params, workdir)   # run once, reuse after
+
+Each example becomes `prompt + solution + eos`; the loss is the mean
+negative log-likelihood of the solution and eos tokens (prompt tokens are
+not trained), computed with the learner's completion-only log-probs at
+temperature 1. AdamW with linear warmup then cosine decay (`sft.*`), one
+jitted, donated step; held-out greedy accuracy before, every
+`sft.eval_every` steps and after. Logs go to DIR/sft_metrics.jsonl and
+DIR/tensorboard/sft. The steps run through `rl.checkpoint.loop.fit` (`SFTJob`), so an
+interrupted warm start resumes from DIR/sft_checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+import models
+from models import multihost
+from rl.algorithms import ops
+from rl.checkpoint import loop
+from rl.checkpoint.faults import Faults
+from rl.data.sources import batches
+from rl.train import build, evaluation
+from rl.train import learner as learner_lib
+from rl.train.batch import assemble
+from rl.train.build import Run
+from rl.train.logs import RunLog
+
+
+def make_step(run: Run, optimizer: optax.GradientTransformation, logits_chunk: int):
+    def loss_fn(params, batch):
+        logp, _ = learner_lib.token_logprobs(
+            run.model_config, params, batch["prompts"], batch["prompt_lens"], batch["completion"],
+            logits_chunk=logits_chunk, sharding=run.act)
+        return -ops.masked_mean(logp, batch["mask"])
+
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, {
+            "loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.ndarray]:
+    eos = run.model_config.eos_token_ids[0]
+    prompts, completions = [], []
+    for ex in examples:
+        if not ex.solution:
+            raise ValueError(f"example {ex.uid} has no solution: supervised warm start needs "
+                             "a procedural task (data.source=task)")
+        prompts.append(run.encode_prompt(ex.prompt))
+        completions.append((run.tokenizer.encode(ex.solution) + [eos])[:completion_len])
+    seqs = assemble(prompts, completions, group_size=1, groups=len(examples),
+                    completion_len=completion_len)
+    return seqs.learner_inputs()
+
+
+class SFTJob:
+    """The supervised warm start as an `rl.checkpoint.loop` job (resume, rollback, preemption);
+    its checkpoints go to DIR/sft_checkpoints and must match its `fingerprint`."""
+
+    def __init__(self, run: Run, params: Any, workdir: str, *, stream=None):
+        cfg, s = run.cfg, run.cfg.sft
+        if s.steps < 1 or s.batch_size < 1:
+            raise ValueError(f"sft.steps and sft.batch_size must be >= 1, got {s.steps}, "
+                             f"{s.batch_size}")
+        self.run_, self.section, self.total_steps = run, s, s.steps
+        warmup = min(s.warmup_steps, s.steps - 1)
+        self.schedule = optax.warmup_cosine_decay_schedule(0.0, s.lr, max(warmup, 1), s.steps,
+                                                           end_value=s.lr * 0.1)
+        optimizer = optax.adamw(self.schedule, weight_decay=s.weight_decay,
+                                mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+        if s.grad_clip:
+            optimizer = optax.chain(optax.clip_by_global_norm(s.grad_clip), optimizer)
+        self.step_fn = make_step(run, optimizer, min(cfg.train.logits_chunk, run.completion_len))
+        self.params = params
+        self.opt_state = learner_lib.on_mesh(jax.jit(optimizer.init)(params), run.act)
+        self.data = batches(run.train_source, s.batch_size, seed=cfg.seed + 100)
+        self.log = RunLog(workdir, s.steps, stream=stream, name="sft",
+                          every=max(s.steps // 10, 1), tensorboard=cfg.train.tensorboard)
+        self.rng = learner_lib.on_mesh(jax.random.key(cfg.seed + 2), run.act)
+        self.faults = Faults(cfg.fault)
+        self.checkpoint_config = fingerprint(run)
+
+    def get_state(self) -> dict:
+        return {"params": self.params, "opt_state": self.opt_state, "eval_rng": self.rng}
+
+    def set_state(self, tree: dict) -> None:
+        self.params, self.opt_state, self.rng = tree["params"], tree["opt_state"], tree["eval_rng"]
+
+    def host_state(self) -> dict:
+        return {"data": self.data_state()}
+
+    def set_host_state(self, host: dict) -> None:
+        self.set_data_state(host["data"])
+
+    def data_state(self) -> dict:
+        return self.data.get_state()
+
+    def set_data_state(self, state: dict) -> None:
+        self.data.set_state(state)
+
+    def step(self, step: int) -> dict:
+        run = self.run_
+        start = time.perf_counter()
+        host = examples_to_batch(run, next(self.data), run.completion_len)
+        self.faults.after_rollout(step)
+        batch = multihost.put({k: np.asarray(v) for k, v in host.items()},
+                              learner_lib.batch_sharding(run.act, host))
+        self.params, self.opt_state, out = self.step_fn(self.params, self.opt_state, batch)
+        metrics = {k: float(v) for k, v in multihost.to_host(out).items()}
+        metrics["lr"] = float(self.schedule(step - 1))
+        metrics["time/step"] = time.perf_counter() - start
+        return metrics
+
+    def evaluate(self) -> dict:
+        return evaluation.evaluate(self.run_, self.params, self.rng)
+
+    def eval_due(self, step: int) -> bool:
+        every = self.section.eval_every
+        return bool(every and step % every == 0) or step == self.total_steps
+
+    def after_step(self, step: int) -> None:
+        del step
+
+
+def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict]:
+    """Runs `sft.steps` steps (resuming DIR/sft_checkpoints); returns (params,
+    {"before": ..., "after": ...})."""
+    job = SFTJob(run, params, workdir, stream=stream)
+    try:
+        summary = loop.fit(job, directory=os.path.join(workdir, "sft_checkpoints"),
+                           section=run.cfg.checkpoint, stream=stream)
+    finally:
+        job.log.close()
+    return job.params, summary
+
+
+WARM_START_FILE = "warm_start.json"
+
+
+def fingerprint(run: Run) -> dict:
+    """What determines the warm start's result: model, data, sft settings, seed and
+    the completion length its batches are padded to."""
+    cfg = run.cfg
+    return json.loads(json.dumps({
+        "model": cfg.model.to_dict(), "data": cfg.data.to_dict(), "sft": cfg.sft.to_dict(),
+        "seed": cfg.seed, "completion_len": run.completion_len}, default=str))
+
+
+def _reusable(path: str, run: Run) -> dict | None:
+    """The saved summary when DIR/sft holds a finished warm start of this fingerprint."""
+    try:
+        with open(os.path.join(path, WARM_START_FILE)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return saved.get("summary") if saved.get("fingerprint") == fingerprint(run) else None
+
+
+def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict, bool]:
+    """`train.warm_start=sft`: (params, summary, reused). Runs `train` and exports
+    DIR/sft (its fingerprint written last, so an interrupted export is not reused),
+    or loads DIR/sft when it holds a finished warm start with the same fingerprint."""
+    path = os.path.join(workdir, "sft")
+    summary = _reusable(path, run)
+    if summary is not None:
+        _, params = models.load_pretrained(path, run.model_config.weight_dtype, mesh=run.mesh,
+                                           rules=run.rules)
+        return params, summary, True
+    params, summary = train(run, params, workdir, stream=stream)
+    build.export(path, run, params)
+    if multihost.is_primary():
+        with open(os.path.join(path, WARM_START_FILE), "w") as f:
+            json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
+    multihost.sync("warm start written")
+    return params, summary, False
