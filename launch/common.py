@@ -9,7 +9,8 @@ Stopping: during training steps, SIGTERM / Ctrl-C checkpoint the run
 (`rl.checkpoint.preemption`) and exit 0 / 130; a rerun of the same command resumes.
 Before the steps start they end the program with one line on stderr (exit
 status 143 / 130), not a traceback. A run stopped by repeated failed steps
-(`rl.checkpoint.loop.RunStopped`) exits 1; an unusable checkpoint exits 2.
+(`rl.checkpoint.loop.RunStopped`) or by storage that cannot be written (a full disk:
+one line naming the cause) exits 1; an unusable checkpoint exits 2.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from launch import distributed, runtime
 from models import multihost
 from rl.checkpoint import persistent
 from rl.checkpoint.loop import RunStopped
-from rl.checkpoint.persistent import CheckpointError
+from rl.checkpoint.persistent import CheckpointError, WriteError
 from rl.checkpoint.preemption import Preempted
-from rl.train import build, memory_plan, sft
+from rl.train import build, checks, memory_plan, sft
 from rl.train import trainer as trainer_lib
 from rl.train.logs import RunLog, plot
 
@@ -167,6 +168,18 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
         except RunStopped as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
+        except WriteError as e:  # before CheckpointError: storage, not the user's input
+            print(f"error: {' '.join(str(e).split())}; make room and rerun to resume from "
+                  "the newest complete checkpoint", file=sys.stderr)
+            sys.exit(1)
+        except OSError as e:
+            problem = persistent.storage_problem(e)
+            if problem is None:
+                raise
+            where = e.filename or "the run's files"
+            print(f"error: {problem} while writing {where}: files written so far are kept; "
+                  "make room and rerun to resume", file=sys.stderr)
+            sys.exit(1)
         except CheckpointError as e:
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
             sys.exit(2)
@@ -256,8 +269,7 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     config asks (their extras must be installed); `init` False: no policy is
     built (params None)."""
     try:
-        if os.path.exists(workdir) and not os.path.isdir(workdir):
-            raise ValueError(f"--workdir {workdir} exists and is not a directory")
+        check_writable(workdir)
         runtime.configure_xla(cfg.cpu_xla_flags)  # before anything starts a JAX backend
         distributed.init()
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
@@ -277,6 +289,8 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
         if multihost.is_primary():
             with open(os.path.join(workdir, "config.json"), "w") as f:
                 json.dump(cfg.to_dict(), f, indent=2, default=str)
+        for warning in checks.warnings(cfg):
+            print(f"warning: {warning}", file=sys.stderr)
         if cfg.fault.enabled:
             print("warning: fault injection is on (config.fault): this run fails on purpose",
                   file=sys.stderr)
@@ -284,6 +298,21 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
+
+
+def check_writable(workdir: str) -> None:
+    """ValueError (one line) when `workdir` is not a directory this process can create
+    and write files in."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"--workdir {workdir} exists and is not a directory")
+    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write in --workdir {workdir}: {e.strerror or e}") from None
 
 
 def print_heldout(summary: dict) -> None:

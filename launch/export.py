@@ -8,7 +8,8 @@ Reads the checkpoint's own config (the architecture, the tokenizer), restores
 only the parameters and writes `model.safetensors` + `config.json` + the
 tokenizer files: loadable by transformers, launch.evaluate, or as another
 run's `model.hf_path`. A damaged newest checkpoint is skipped with a warning
-(an explicit --step that is damaged is an error).
+(an explicit --step that is damaged is an error). `--out` must be a new or empty
+directory: an export never overwrites a run's files.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from rl.train import build
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (or its checkpoints/ "
                                "directory).", required=True)
-_OUT = flags.DEFINE_string("out", None, "Hugging Face directory to write (created).",
-                           required=True)
+_OUT = flags.DEFINE_string("out", None, "Hugging Face directory to write: new, or empty "
+                           "(an existing directory with files is refused).", required=True)
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest usable).")
 _SFT = flags.DEFINE_bool("sft", False, "Export the supervised warm start's checkpoints "
                          "(DIR/sft_checkpoints) instead of the RL run's.")
@@ -43,6 +44,12 @@ def main(argv):
         print(f"error: {workdir} has no Orbax checkpoints (expected {workdir}/checkpoints/<step>)",
               file=sys.stderr)
         sys.exit(2)
+    out = _OUT.value
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        print(f"error: --out {out} exists and is not an empty directory: an export writes a "
+              "new directory and never overwrites (a run's workdir, its final/ or sft/ "
+              "included); name a new one", file=sys.stderr)
+        sys.exit(2)
     try:
         cfg = build.config_from_checkpoint(directory, _STEP.value)
         run_ = build.resolve(cfg, os.path.dirname(os.path.abspath(directory)))
@@ -50,8 +57,8 @@ def main(argv):
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
-    build.export(_OUT.value, run_, params)
-    print(f"wrote {_OUT.value} (step {step} of {directory})")
+    build.export(out, run_, params)
+    print(f"wrote {out} (step {step} of {directory})")
 
 
 if __name__ == "__main__":

@@ -4,19 +4,28 @@ r"""Ablation sweeps: `python -m launch.sweep --config=configs/paper/<x>.py[:arg]
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/losses --parallel=2
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/losses --dry_run
 
-The config file's `get_sweep(arg)` lists the runs (rl/sweeps.py: a name, a
+The config file's `get_sweep(arg)` lists the runs (rl/sweeps/spec.py: a name, a
 group, config overrides; seeds are one more axis). Each run is
 `python -m launch.train --config=FILE[:arg] --workdir=DIR/runs/<name>
 --config.<key>=<value> ...` in its own process, its output in
 DIR/runs/<name>/train.log; `--parallel N` runs N at a time. A finished run
 (DIR/runs/<name>/DONE) is skipped, an interrupted one resumes from its
 checkpoints, so rerunning the same command after a crash or Ctrl-C reruns
-only what is unfinished. At the end (and after each finished run) the
-summary is rewritten: DIR/results.md (mean ± std over each group's runs),
-DIR/results.csv, DIR/timing.md and DIR/curves.png (rl/sweeps.py).
-`--dry_run` prints one launch command per unfinished run, for a cluster
-scheduler, and runs nothing. Exit status: 0 when every run finished, 1 when
-some failed (their logs are named), 2 for a bad flag or sweep file.
+only what is unfinished.
+
+What a sweep costs: runs with the same supervised warm start (same model, data, sft
+settings and seed) share one, trained once in DIR/warm_starts
+(`sft.shared_dir`), and each run keeps only its newest checkpoint, the one a resume
+needs (`checkpoint.keep=1`); a run's own overrides of either win. The wall time of
+each run's processes and of the sweep itself is measured (DIR/runs/<name>/wall.json,
+DIR/sweep_wall.json) and reported in DIR/timing.md.
+
+At the end (and after each finished run) the summary is rewritten: DIR/results.md
+(mean ± std over each group's runs), DIR/results.csv, DIR/timing.md and
+DIR/curves.png (rl/sweeps/results.py). `--dry_run` prints one launch command per
+unfinished run, for a cluster scheduler, with the paths as given on the command line
+and `python` as the interpreter, and runs nothing. Exit status: 0 when every run
+finished, 1 when some failed (their logs are named), 2 for a bad flag or sweep file.
 """
 
 from __future__ import annotations
@@ -38,8 +47,8 @@ from rl.train import logs
 _CONFIG = flags.DEFINE_string("config", None, "Sweep file `path.py[:arg]` defining "
                               "get_config(arg) and get_sweep(arg).", required=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (created): runs/<name>/ "
-                               "per run, results.md/.csv, timing.md, curves.png.",
-                               required=True)
+                               "per run, warm_starts/, results.md/.csv, timing.md, "
+                               "curves.png.", required=True)
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time.", lower_bound=1)
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print one launch command per unfinished run "
                              "and run nothing.")
@@ -47,14 +56,20 @@ _TARGET = flags.DEFINE_float("target", None, "Held-out accuracy target for the '
                              "tokens / wall time to target' columns (default: the sweep "
                              "file's TARGET, else 0.5).")
 _STATUS_EVERY = 30.0  # seconds between progress lines while runs are going
+# what every run of a sweep gets unless it overrides it (the module docstring)
+SHARED_WARM_STARTS = "warm_starts"
+RUN_DEFAULTS = {"checkpoint.keep": 1}
 
 
-def command(path: str, arg: str, workdir: str, run: dict) -> list[str]:
+def command(path: str, arg: str, workdir: str, run: dict,
+            python: str = sys.executable) -> list[str]:
     """The launch.train command line of one run."""
     spec = f"{path}:{arg}" if arg else path
-    return [sys.executable, "-m", "launch.train", f"--config={spec}",
+    settings = {**RUN_DEFAULTS, "sft.shared_dir": os.path.join(workdir, SHARED_WARM_STARTS),
+                **sweeps.overrides(run)}
+    return [python, "-m", "launch.train", f"--config={spec}",
             f"--workdir={sweeps.run_dir(workdir, run)}",
-            *[f"--config.{k}={sweeps.flag_value(v)}" for k, v in sweeps.overrides(run).items()]]
+            *[f"--config.{k}={sweeps.flag_value(v)}" for k, v in settings.items()]]
 
 
 def done(workdir: str, run: dict) -> bool:
@@ -92,87 +107,122 @@ class Pool:
                 out.append((run, proc.returncode, time.perf_counter() - start))
         return out
 
-    def stop(self, signum: int) -> None:
+    def stop(self, signum: int) -> list[tuple[dict, float]]:
+        """Signals every running process and waits for it; returns (run, seconds) each."""
         for proc, *_ in self.running.values():
             if proc.poll() is None:
                 proc.send_signal(signum)
-        for proc, _, log, _ in self.running.values():
+        stopped = []
+        for proc, run, log, start in self.running.values():
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
             log.close()
+            stopped.append((run, time.perf_counter() - start))
+        return stopped
 
 
-def main(argv):
-    del argv
-
+def _load():
+    """(the sweep, its target) from the flags; exits 2 with one line when it is bad."""
     try:
         sweep = sweeps.load(_CONFIG.value)
-        path, arg, runs = sweep.path, sweep.arg, sweep.runs
-        sweeps.check_keys(load_config_file(_CONFIG.value), runs)
+        sweeps.check_keys(load_config_file(_CONFIG.value), sweep.runs)
         if not _DRY_RUN.value:
             extras.require("matplotlib", "plots", "the sweep's curves.png")
     except Exception as e:  # noqa: BLE001 - any failure of the user's sweep file
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
-    workdir = _WORKDIR.value
-    target = sweep.target if _TARGET.value is None else _TARGET.value
-    todo = [run for run in runs if not done(workdir, run)]
-    if _DRY_RUN.value:
-        for run in todo:
-            print(shlex.join(command(path, arg, workdir, run)))
-        return
-    os.makedirs(os.path.join(workdir, "runs"), exist_ok=True)
-    print(f"sweep {_CONFIG.value}: {len(runs)} runs, {len(runs) - len(todo)} finished "
-          f"(skipped), {len(todo)} to run, {_PARALLEL.value} at a time; logs in "
-          f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}", flush=True)
-    pool, failed, queue, finished = Pool(_PARALLEL.value), [], list(todo), 0
+    return sweep, sweep.target if _TARGET.value is None else _TARGET.value
 
-    def summarize() -> list[str]:
-        return sweeps.summarize(workdir, runs, target=target, title=_CONFIG.value,
-                                metrics=sweep.metrics)
-    last_status = time.perf_counter()
 
-    def stop(signum, frame):
+class Sweeper:
+    """Runs a sweep's unfinished runs `parallel` at a time and keeps its summary current."""
+
+    def __init__(self, sweep, workdir: str, target: float, parallel: int):
+        self.sweep, self.workdir, self.target = sweep, workdir, target
+        self.todo = [run for run in sweep.runs if not done(workdir, run)]
+        self.pool, self.failed, self.finished = Pool(parallel), [], 0
+        self.start = time.perf_counter()
+
+    def summarize(self) -> list[str]:
+        return sweeps.summarize(self.workdir, self.sweep.runs, target=self.target,
+                                title=_CONFIG.value, metrics=self.sweep.metrics)
+
+    def record_wall(self, run: dict, seconds: float) -> None:
+        sweeps.add_wall(os.path.join(sweeps.run_dir(self.workdir, run), sweeps.WALL_FILE),
+                        seconds)
+
+    def stop(self, signum, frame) -> None:
         del frame
         print(f"\nstopping: {signal.Signals(signum).name}; the running runs checkpoint "
               "(rerun the same command to resume)", file=sys.stderr, flush=True)
-        pool.stop(signal.SIGTERM)
+        for run, seconds in self.pool.stop(signal.SIGTERM):
+            self.record_wall(run, seconds)
+        self.record_sweep_wall()
         sys.exit(130 if signum == signal.SIGINT else 143)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while queue or pool.running:
-        while queue and len(pool.running) < pool.size:
-            run = queue.pop(0)
-            directory = sweeps.run_dir(workdir, run)
-            os.makedirs(directory, exist_ok=True)
-            pool.start(command(path, arg, workdir, run), run,
-                       os.path.join(directory, "train.log"))
-            print(f"[{finished + len(pool.running)}/{len(todo)}] {run['name']}: started",
-                  flush=True)
-        for run, code, seconds in pool.finished():
-            finished += 1
-            log = os.path.join(sweeps.run_dir(workdir, run), "train.log")
+    def record_sweep_wall(self) -> None:
+        sweeps.add_wall(os.path.join(self.workdir, sweeps.SWEEP_WALL_FILE),
+                        time.perf_counter() - self.start, "invocations")
+
+    def launch(self, run: dict) -> None:
+        directory = sweeps.run_dir(self.workdir, run)
+        os.makedirs(directory, exist_ok=True)
+        self.pool.start(command(self.sweep.path, self.sweep.arg, self.workdir, run), run,
+                        os.path.join(directory, "train.log"))
+        print(f"[{self.finished + len(self.pool.running)}/{len(self.todo)}] {run['name']}: "
+              "started", flush=True)
+
+    def collect(self) -> None:
+        for run, code, seconds in self.pool.finished():
+            self.finished += 1
+            self.record_wall(run, seconds)
+            directory = sweeps.run_dir(self.workdir, run)
+            where = f"[{self.finished}/{len(self.todo)}] {run['name']}"
             if code == 0:
-                open(os.path.join(sweeps.run_dir(workdir, run), "DONE"), "w").close()
-                print(f"[{finished}/{len(todo)}] {run['name']}: done in {seconds:.0f}s",
-                      flush=True)
-                summarize()
+                open(os.path.join(directory, "DONE"), "w").close()
+                print(f"{where}: done in {seconds:.0f}s", flush=True)
+                self.summarize()
             else:
-                failed.append(run["name"])
-                print(f"[{finished}/{len(todo)}] {run['name']}: FAILED (exit {code}); see "
-                      f"{log}", flush=True)
-        if pool.running and time.perf_counter() - last_status >= _STATUS_EVERY:
-            last_status = time.perf_counter()
-            print("  running: " + ", ".join(progress(workdir, r) for _, r, *_ in
-                                            pool.running.values()), flush=True)
-        time.sleep(0.2)
-    written = summarize()
-    print(f"wrote {', '.join(written)}")
-    if failed:
-        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (logs: "
+                self.failed.append(run["name"])
+                print(f"{where}: FAILED (exit {code}); see "
+                      f"{os.path.join(directory, 'train.log')}", flush=True)
+
+    def run(self) -> None:
+        queue, last_status = list(self.todo), time.perf_counter()
+        while queue or self.pool.running:
+            while queue and len(self.pool.running) < self.pool.size:
+                self.launch(queue.pop(0))
+            self.collect()
+            if self.pool.running and time.perf_counter() - last_status >= _STATUS_EVERY:
+                last_status = time.perf_counter()
+                print("  running: " + ", ".join(progress(self.workdir, r) for _, r, *_ in
+                                                self.pool.running.values()), flush=True)
+            time.sleep(0.2)
+        self.record_sweep_wall()
+
+
+def main(argv):
+    del argv
+    sweep, target = _load()
+    workdir = _WORKDIR.value
+    sweeper = Sweeper(sweep, workdir, target, _PARALLEL.value)
+    if _DRY_RUN.value:
+        for run in sweeper.todo:
+            print(shlex.join(command(sweep.path, sweep.arg, workdir, run, python="python")))
+        return
+    os.makedirs(os.path.join(workdir, "runs"), exist_ok=True)
+    print(f"sweep {_CONFIG.value}: {len(sweep.runs)} runs, "
+          f"{len(sweep.runs) - len(sweeper.todo)} finished (skipped), {len(sweeper.todo)} "
+          f"to run, {_PARALLEL.value} at a time; logs in "
+          f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}", flush=True)
+    signal.signal(signal.SIGTERM, sweeper.stop)
+    signal.signal(signal.SIGINT, sweeper.stop)
+    sweeper.run()
+    print(f"wrote {', '.join(sweeper.summarize())}")
+    if sweeper.failed:
+        print(f"error: {len(sweeper.failed)} run(s) failed: {', '.join(sweeper.failed)} (logs: "
               f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}); rerun to retry them",
               file=sys.stderr)
         sys.exit(1)

@@ -100,7 +100,11 @@ def config_from_hf(hf: dict, where: str = "config.json") -> ModelConfig:
 
 
 def config_to_hf(config: ModelConfig) -> dict:
-    """The `config.json` dict transformers reads back as the same architecture."""
+    """The `config.json` dict transformers reads back as the same architecture.
+
+    RoPE is written in both forms: `rope_parameters` (transformers 5) and the legacy
+    `rope_theta` + `rope_scaling` (transformers 4, vLLM and other readers of the 4.x
+    format, which ignore `rope_parameters` and would take theta = 10000)."""
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": config.rope_theta}
     s = config.rope_scaling
     if s is not None and s.rope_type != "default":
@@ -122,6 +126,9 @@ def config_to_hf(config: ModelConfig) -> dict:
         "hidden_act": "silu",
         "rms_norm_eps": config.rms_norm_eps,
         "rope_parameters": rope,
+        "rope_theta": config.rope_theta,
+        "rope_scaling": ({k: v for k, v in rope.items() if k != "rope_theta"}
+                         if rope["rope_type"] != "default" else None),
         "tie_word_embeddings": config.tie_embeddings,
         "max_position_embeddings": config.max_position_embeddings,
         "attention_dropout": 0.0,

@@ -86,4 +86,13 @@ def write(path: str | os.PathLike, tensors: Mapping[str, np.ndarray],
         arrays[name] = arr
     tmp = os.fspath(path) + ".tmp"
     safetensors.numpy.save_file(arrays, tmp, metadata={"format": "pt", **(metadata or {})})
+    # safetensors creates the file owner-only (0600); an export is read by others too: the
+    # mode of any file this process creates (0666 less the umask)
+    os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

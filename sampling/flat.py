@@ -144,14 +144,15 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                      np.int32(config.pad_token_id or 0), stats)
 
 
-def check_layout(n: int, page_size: int, segment_len: int) -> None:
-    """The flat sampler's shape rules (ValueError naming the one broken); run by the
-    sampler and, on the config's values, by the trainer's start-up checks."""
+def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> None:
+    """The flat sampler's shape rules (ValueError naming the one broken, each name after
+    `prefix`); run by the sampler and, on the config's values (`prefix="sampling."`), by
+    the trainer's start-up checks."""
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise ValueError(f"{prefix}n must be >= 1, got {n}")
     if page_size < 1 or segment_len < 1 or segment_len % page_size:
-        raise ValueError(f"segment_len ({segment_len}) must be a positive multiple of "
-                         f"page_size ({page_size})")
+        raise ValueError(f"{prefix}segment_len ({segment_len}) must be a positive multiple of "
+                         f"{prefix}page_size ({page_size})")
 
 
 def _distinct(prompts: list[list[int]], n: int, share: bool) -> tuple[list, np.ndarray]:

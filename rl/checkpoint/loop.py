@@ -32,7 +32,7 @@ import os
 import sys
 from typing import Any
 
-from rl.checkpoint.persistent import Checkpoints
+from rl.checkpoint.persistent import Checkpoints, one_line
 from rl.checkpoint.preemption import Abandoned, Preempted, Watch
 from rl.checkpoint.snapshot import Snapshots
 
@@ -55,7 +55,7 @@ def check_finite(metrics: dict) -> None:
 
 
 def describe(error: BaseException) -> str:
-    return " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    return one_line(error, 240)
 
 
 class _Loop:

@@ -5,16 +5,20 @@
     found = ckpts.restore_latest(template)        # (step, state, host) or None
     ckpts.close()                                 # waits for the last write
 
-A checkpoint is one Orbax step directory with three items:
+A checkpoint is one Orbax step directory with these items:
   params  the policy's parameters (alone, so `launch.export` / `launch.evaluate`
           read only them);
   state   every other array of the job: optimizer state, update counter and
           every PRNG stream (typed keys are stored as their key data);
+  host_arrays  the NumPy arrays of the host-side state (a task selector's
+          per-task posteriors: two float64 per task of the train pool, 16 MB for a
+          million tasks), as arrays, not JSON; absent when it has none;
   meta    JSON: the step, the config a resume must match (`config`: the run's,
           or the SFT warm start's fingerprint), the run's full config
-          (`run_config`, for `launch.export`), the host-side state (the data
-          iterator's position, dynamic-sampling counters, skipped batches) and a
-          checksum of each array (`checksums`).
+          (`run_config`, for `launch.export`), the rest of the host-side state (the
+          data iterator's position, dynamic-sampling counters, skipped batches;
+          each host array replaced by {"__array__": key}) and a checksum of each
+          array (`checksums`).
 Orbax writes into a temporary directory and renames it when complete, so a
 process killed mid-write leaves no step that looks complete. A step whose
 files fail to load, or whose arrays do not match their checksums, is
@@ -30,26 +34,34 @@ checkpoint and fault sections).
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from models import multihost
 
-FORMAT = 1
+FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
+READABLE_FORMATS = (1, 2)
+ARRAY_KEY = "__array__"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 # Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
 # optimizer, seed, ...) must equal the checkpoint's.
 RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export_every",
              "train.tensorboard", "train.plot", "eval.batch_prompts", "sft.steps",
-             "sft.eval_every", "mesh.", "checkpoint.", "fault.", "compilation_cache",
+             "sft.eval_every", "sft.shared_dir", "mesh.", "checkpoint.", "fault.",
+             "compilation_cache",
              "rl.reference.offload", "cpu_xla_flags")
 
 
@@ -57,15 +69,55 @@ class CheckpointError(Exception):
     """No usable checkpoint where one was expected, or one this run cannot resume."""
 
 
-class _OrbaxBelowError(logging.Filter):
-    """Drops Orbax's log records below ERROR (it logs every save and restore at INFO
-    through absl; a run prints its own lines). Other absl records pass."""
+class WriteError(CheckpointError):
+    """A checkpoint could not be written (a full disk, a read-only or vanished directory):
+    the run stops, with the cause on one line."""
+
+
+# what a failed write's cause says when the storage is at fault
+_STORAGE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+            errno.EPERM: "operation not permitted", errno.ENOENT: "no such file or directory"}
+
+
+def storage_problem(error: BaseException) -> str | None:
+    """The storage cause anywhere in an exception's chain (an OSError's errno, or the text
+    a C++ library such as TensorStore puts in its message), None when there is none."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _STORAGE:
+            return _STORAGE[error.errno]
+        text = str(error).lower()
+        for cause in _STORAGE.values():
+            if cause in text:
+                return cause
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def one_line(error: BaseException, limit: int = 160) -> str:
+    """`Type: first line of the message`, cut at a word boundary to about `limit`
+    characters (library errors span pages)."""
+    lines = str(error).strip().splitlines()
+    text = " ".join(lines[0].split()) if lines else ""
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " …"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _QuietOrbax(logging.Filter):
+    """Drops Orbax's log records below CRITICAL: it logs every save and restore at INFO
+    through absl, and a failed write at ERROR from each of its threads, with pages of
+    tracebacks; a run prints its own lines, and a failed write surfaces as one
+    `WriteError`. Other absl records pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or "orbax" not in record.pathname
+        return record.levelno >= logging.CRITICAL or "orbax" not in record.pathname
 
 
-_FILTER = _OrbaxBelowError()
+_FILTER = _QuietOrbax()
+SPACE_MARGIN = 1.1, 1 << 18  # a checkpoint needs its arrays' bytes × 1.1 + 256 KiB free
 
 
 def _quiet_orbax() -> None:
@@ -95,6 +147,42 @@ def abstract(tree: Any) -> Any:
     """ShapeDtypeStructs (with shardings) of `storable(tree)`: Orbax's restore target."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                         storable(tree))
+
+
+def split_host(host: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """(the host state with each NumPy array replaced by {ARRAY_KEY: key}, {key: array})."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(x):
+        if isinstance(x, np.ndarray):
+            key = str(len(arrays))
+            arrays[key] = x
+            return {ARRAY_KEY: key}
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v) for v in x]
+        return x
+
+    return walk(host), arrays
+
+
+def join_host(skeleton: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Inverse of `split_host`."""
+    if isinstance(skeleton, dict):
+        if set(skeleton) == {ARRAY_KEY}:
+            return np.asarray(arrays[skeleton[ARRAY_KEY]])
+        return {k: join_host(v, arrays) for k, v in skeleton.items()}
+    if isinstance(skeleton, list):
+        return [join_host(v, arrays) for v in skeleton]
+    return skeleton
+
+
+def host_checksums(arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    """A SHA-256 prefix of each host array's dtype, shape and bytes."""
+    return {k: hashlib.sha256(f"{a.dtype}{a.shape}".encode()
+                              + np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+            for k, a in arrays.items()}
 
 
 def _leaf_checksum(x: jax.Array) -> jax.Array:
@@ -160,7 +248,7 @@ class Checkpoints:
         self.stream = stream or sys.stderr
         self.incomplete = incomplete_steps(self.directory)  # before Orbax cleans them up
         self.manager = ocp.CheckpointManager(
-            self.directory, item_names=("params", "state", "meta"),
+            self.directory, item_names=("params", "state", "host_arrays", "meta"),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, enable_async_checkpointing=asynchronous,
                 create=not read_only, read_only=read_only,
@@ -174,22 +262,56 @@ class Checkpoints:
         return os.path.join(self.directory, str(step))
 
     def save(self, step: int, state: Any, host: dict, *, wait: bool = False) -> None:
-        """Writes `state` (a pytree with a "params" entry) and `host` (JSON) as step
-        `step`; returns once the arrays are copied (the write goes on in the
-        background) or, with `wait`, once it is on disk."""
+        """Writes `state` (a pytree with a "params" entry) and `host` (JSON values and
+        NumPy arrays) as step `step`; returns once the arrays are copied (the write goes
+        on in the background) or, with `wait`, once it is on disk."""
         start = time.perf_counter()
         state = storable(state)
         rest = {k: v for k, v in state.items() if k != "params"}
+        skeleton, arrays = split_host(host)
+        self.check_space(step, state, arrays)
         meta = {"format": FORMAT, "step": int(step), "config": self.config,
-                "run_config": self.run_config, "host": host,
-                "checksums": {"params": checksums(state["params"]), "state": checksums(rest)}}
+                "run_config": self.run_config, "host": skeleton,
+                "checksums": {"params": checksums(state["params"]), "state": checksums(rest),
+                              "host_arrays": host_checksums(arrays)}}
         args = self.ocp.args
-        self.manager.save(step, force=True, args=args.Composite(
-            params=args.StandardSave(state["params"]), state=args.StandardSave(rest),
-            meta=args.JsonSave(meta)))
-        if wait:
-            self.manager.wait_until_finished()
+        items = {"params": args.StandardSave(state["params"]), "state": args.StandardSave(rest),
+                 "meta": args.JsonSave(meta)}
+        if arrays:  # Orbax refuses an empty item
+            items["host_arrays"] = args.StandardSave(arrays)
+        with self._writing(f"step {step}"):
+            self.manager.save(step, force=True, args=args.Composite(**items))
+            if wait:
+                self.manager.wait_until_finished()
         self.last_save_blocking_s = time.perf_counter() - start
+
+    def check_space(self, step: int, state: Any, arrays: dict[str, np.ndarray]) -> None:
+        """WriteError before writing when the disk lacks room for this process's part of
+        the checkpoint (a write that runs out of space fails in Orbax's background
+        threads, later and less clearly). Storage whose free space is unknown passes."""
+        need = sum(sum(s.data.nbytes for s in x.addressable_shards)
+                   for x in jax.tree.leaves(state)) + sum(a.nbytes for a in arrays.values())
+        need = int(need * SPACE_MARGIN[0]) + SPACE_MARGIN[1]
+        free = _free_bytes(self.directory)
+        if free is not None and free < need:
+            raise WriteError(
+                f"cannot write checkpoint step {step} in {self.directory}: it needs about "
+                f"{_size(need)} and the disk has {_size(free)} free (older checkpoints are "
+                "deleted only once a new one is complete: checkpoint.keep counts them)")
+
+    @contextlib.contextmanager
+    def _writing(self, what: str):
+        """Turns a failed write (here, or an asynchronous one that surfaces here) into a
+        one-line `WriteError` naming the directory and the cause."""
+        try:
+            yield
+        except CheckpointError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise many kinds
+            cause = storage_problem(e) or one_line(e)
+            free = _free_bytes(self.directory)
+            raise WriteError(f"cannot write checkpoint {what} in {self.directory}: {cause}"
+                             + (f" ({_size(free)} free)" if free is not None else "")) from e
 
     def meta(self, step: int) -> dict:
         return self.manager.restore(step, args=self.ocp.args.Composite(
@@ -207,21 +329,25 @@ class Checkpoints:
     def restore(self, step: int, template: Any) -> tuple[Any, dict]:
         """(state, host) of step `step`, placed like `template` (a pytree with a
         "params" entry); raises when the files are damaged or fail their checksums."""
+        meta = self.meta(step)
+        if meta.get("format") not in READABLE_FORMATS:
+            raise CheckpointError(f"unknown checkpoint format {meta.get('format')!r}")
         target = abstract(template)
         rest = {k: v for k, v in target.items() if k != "params"}
         args = self.ocp.args
-        out = self.manager.restore(step, args=args.Composite(
-            params=args.StandardRestore(target["params"]), state=args.StandardRestore(rest),
-            meta=args.JsonRestore()))
-        meta = out["meta"]
-        if meta.get("format") != FORMAT:
-            raise CheckpointError(f"unknown checkpoint format {meta.get('format')!r}")
         sums = meta["checksums"]
+        items = {"params": args.StandardRestore(target["params"]),
+                 "state": args.StandardRestore(rest)}
+        if sums.get("host_arrays"):
+            items["host_arrays"] = args.StandardRestore()
+        out = self.manager.restore(step, args=args.Composite(**items))
+        arrays = {k: np.asarray(v) for k, v in dict(out.get("host_arrays") or {}).items()}
         if (checksums(out["params"]) != sums["params"]
-                or checksums(dict(out["state"])) != sums["state"]):
+                or checksums(dict(out["state"])) != sums["state"]
+                or host_checksums(arrays) != sums.get("host_arrays", {})):
             raise CheckpointError("arrays do not match their checksums")
         state = unstorable({"params": out["params"], **dict(out["state"])}, template)
-        return state, meta["host"]
+        return state, join_host(meta["host"], arrays)
 
     def restore_latest(self, template: Any) -> tuple[int, Any, dict] | None:
         """The newest usable step as (step, state, host); None when there is no
@@ -237,7 +363,7 @@ class Checkpoints:
                 state, host = self.restore(step, template)
             except Exception as e:  # noqa: BLE001 - any failure to read a step = damaged
                 damaged.append(step)
-                reason = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+                reason = one_line(e)
                 older = [s for s in steps if s < step]
                 self.warn(f"checkpoint {self.path(step)} is damaged ({reason}); "
                           + (f"trying step {older[-1]}" if older else "no older checkpoint"))
@@ -257,11 +383,30 @@ class Checkpoints:
         print(f"warning: {text}", file=self.stream, flush=True)
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with self._writing("(background write)"):
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            with self._writing("(background write)"):
+                self.manager.wait_until_finished()
+        finally:
+            self.manager.close()
+
+
+def _free_bytes(directory: str) -> int | None:
+    """Free bytes of the file system holding `directory` (None when unknown)."""
+    path = directory
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or ".").free
+    except OSError:
+        return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
 def incomplete_steps(directory: str) -> list[str]:

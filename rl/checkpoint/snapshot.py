@@ -5,19 +5,19 @@
     step, state, host = snaps.restore(template)   # the newest complete snapshot, on device
 
 `take` enqueues a device-to-host copy of every array (`jax.device_put` into
-the `pinned_host` memory of the same devices: asynchronous, and ordered
-before any later computation that donates the arrays) and a JSON copy of
-the host-side state. Two slots: the copy just started is `pending`; it is
-promoted to `ready` only once every array has arrived. `restore` waits for a
-pending copy to arrive and falls back to `ready` when it failed, so a
-partial copy is never the one restored. On a device without a
-`pinned_host` memory the copy stays on the device (a jitted copy), which
-still survives the donation of the originals.
+the `pinned_host` memory of the same devices: asynchronous, and ordered before
+any later computation that donates the arrays) and a deep copy of the host-
+side state (JSON values and NumPy arrays). Two slots: the copy just started is
+`pending`; it is promoted to `ready` only once every array has arrived.
+`restore` waits for a pending copy to arrive and falls back to `ready` when it
+failed, so a partial copy is never the one restored. On a device without a
+`pinned_host` memory the copy stays on the device (a jitted copy), which still
+survives the donation of the originals.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import time
 from typing import Any
 
@@ -54,7 +54,7 @@ def to_host(tree: Any) -> Any:
 class Snapshot:
     def __init__(self, step: int, arrays: Any, host: dict):
         self.step, self.arrays = step, arrays
-        self.host = json.loads(json.dumps(host))  # a copy the job cannot mutate
+        self.host = copy.deepcopy(host)  # a copy the job cannot mutate (arrays too)
 
     def complete(self) -> bool:
         try:
@@ -104,7 +104,7 @@ class Snapshots:
             raise RuntimeError("no complete snapshot to restore")
         shardings = jax.tree.map(lambda x: x.sharding, storable(template))
         arrays = jax.tree.map(_back, snap.arrays, shardings)
-        return snap.step, unstorable(arrays, template), json.loads(json.dumps(snap.host))
+        return snap.step, unstorable(arrays, template), copy.deepcopy(snap.host)
 
 
 def _back(x: jax.Array, sharding) -> jax.Array:

@@ -2,7 +2,8 @@
 
 Pure host-side NumPy. A selector is a frozen object holding its options; all that
 changes during a run is a `state` dict (plain floats / None / float64 arrays) that
-the trainer keeps in its checkpointed host state via `state_to_json`/`state_from_json`.
+the trainer keeps in its checkpointed host state, arrays as arrays (`state_to_json` /
+`state_from_json` convert it to and from plain JSON, e.g. for format-1 checkpoints).
 
   uniform  the data iterator's own order: `select` returns None
   dars     Difficulty-Adaptive Rollout Sampling (arXiv 2508.13755): prompts come

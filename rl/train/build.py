@@ -42,6 +42,7 @@ from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
 from rl.train import checks
 from sampling import SamplingParams, TreeConfig
+from sampling.flat import check_layout
 
 ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError,
           extras.MissingExtra, ResumeError,
@@ -206,6 +207,9 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     tree = _tree(s) if s.sampler == "tree" else None
     if tree is None and set_options(s.tree, exclude=()):
         raise ValueError("sampling.tree options are set but sampling.sampler is flat")
+    if tree is None:  # the flat sampler's own rules, on the config's values
+        check_layout(int(s.n), int(s.page_size), int(s.segment_len), prefix="sampling.")
+    _check_references(cfg, alg, train, heldout)
     samples = tree.leaves_per_prompt if tree else s.n
     checks.check_train(cfg, alg, sp, samples)
     checks.check_optim(cfg.optim)
@@ -237,6 +241,24 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     checks.check_rollout_mode(cfg, tree is not None)
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
     return dataclasses.replace(run, selector=selector)
+
+
+REFERENCES_CHECKED = 64  # examples of each split whose references the verifiers check
+
+
+def _check_references(cfg, alg: Algorithm, train, heldout) -> None:
+    """The run's verifiers take the data's references (a `math` verifier refuses a
+    countdown task's {"target", "numbers"}): checked on the first examples of each
+    split, before any compute, as the reward workers would at the first step."""
+    refs = [source[i].reference for source in (train, heldout) if source is not None
+            for i in range(min(len(source), REFERENCES_CHECKED))]
+    try:
+        alg.reward.check_inputs(refs)
+    except RewardInputError as e:
+        data = (f"data.task.name={cfg.data.task.name}" if cfg.data.source == "task"
+                else f"data.source={cfg.data.source}")
+        raise RewardInputError(f"rl.reward.name={','.join(alg.reward.names)} cannot score the "
+                               f"references of {data}: {e}") from None
 
 
 def init_params(run: Run) -> Any:

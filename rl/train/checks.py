@@ -70,6 +70,12 @@ def check_sft(s) -> None:
     _positive(s, "sft", ("steps", "batch_size", "lr"), strict=True)
     _positive(s, "sft", ("warmup_steps", "weight_decay", "grad_clip", "eval_every"),
               strict=False)
+    if s.batch_size % jax.process_count():
+        raise ValueError(f"sft.batch_size={s.batch_size} does not split over the run's "
+                         f"{jax.process_count()} processes: use a multiple of the process count")
+    if s.shared_dir and jax.process_count() > 1:
+        raise ValueError("sft.shared_dir is for single-process runs (a sweep's): its file "
+                         "lock does not order the processes of one run; leave it empty")
 
 
 def check_checkpoint(c) -> None:
@@ -152,3 +158,16 @@ def check_rollout_mode(cfg, tree: bool) -> None:
                 raise ValueError(f"rollout.april with {what}: APRIL's carry-over works on "
                                  "flat groups of the data order; use one of them")
         april.over_provision(cfg.train.prompts_per_step, cfg.rollout.over_provision)
+
+
+MAX_QUIET_LR = 1e-2  # above this an AdamW update moves every weight by a large share of it
+
+
+def warnings(cfg) -> list[str]:
+    """Settings that can run but almost surely should not (printed at start-up)."""
+    out = []
+    if cfg.optim.lr > MAX_QUIET_LR:
+        out.append(f"optim.lr={cfg.optim.lr:g} is far above the rates RL fine-tuning uses "
+                   "(about 1e-7 to 1e-4 with AdamW): each update moves every weight by up to "
+                   "that much, and the policy collapses within a few steps")
+    return out

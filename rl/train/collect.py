@@ -27,8 +27,10 @@ oldest finished groups and carries partial samples and surplus groups over
 checkpointed.
 
 State for checkpoints: `data_state()` (the iterator's position) and
-`selector_state` (JSON through `rl.data.selectors.state_to_json`). A BOTS selection
-is a function of (seed, step, state), so a replayed step draws the same tasks.
+`selector_state` (a BOTS posterior is two float64 arrays over the train pool: the
+checkpoint stores them as arrays, `rl.checkpoint.persistent.split_host`, so a pool of
+a million tasks costs 16 MB, not a JSON list). A BOTS selection is a function of
+(seed, step, state), so a replayed step draws the same tasks.
 """
 
 from __future__ import annotations
@@ -68,8 +70,7 @@ class Collector:
         self.data.set_state(state)
 
     def host_state(self) -> dict:
-        out = {"data": self.data_state(),
-               "selector": selectors.state_to_json(self.selector_state)}
+        out = {"data": self.data_state(), "selector": self.selector_state}  # arrays as they are
         if self.april:
             out["april"] = april.state_to_json(self.carry)
             out["april_waiting"] = [dataclasses.asdict(ex) for ex in self.waiting]

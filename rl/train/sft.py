@@ -15,8 +15,13 @@ interrupted warm start resumes from DIR/sft_checkpoints.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import shutil
+import sys
 import time
 from typing import Any
 
@@ -149,15 +154,26 @@ def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dic
 
 
 WARM_START_FILE = "warm_start.json"
+# sft keys that do not change the warm start's parameters (nor do data.selector's)
+SFT_BOOKKEEPING = ("eval_every", "shared_dir")
 
 
 def fingerprint(run: Run) -> dict:
-    """What determines the warm start's result: model, data, sft settings, seed and
-    the completion length its batches are padded to."""
+    """What determines the warm start's result: model, data (but the task selector, which
+    only RL uses), sft settings (but its bookkeeping), seed and the completion length its
+    batches are padded to."""
     cfg = run.cfg
+    data = {k: v for k, v in cfg.data.to_dict().items() if k != "selector"}
+    sft = {k: v for k, v in cfg.sft.to_dict().items() if k not in SFT_BOOKKEEPING}
     return json.loads(json.dumps({
-        "model": cfg.model.to_dict(), "data": cfg.data.to_dict(), "sft": cfg.sft.to_dict(),
-        "seed": cfg.seed, "completion_len": run.completion_len}, default=str))
+        "model": cfg.model.to_dict(), "data": data, "sft": sft, "seed": cfg.seed,
+        "completion_len": run.completion_len}, default=str))
+
+
+def fingerprint_key(run: Run) -> str:
+    """A short name for the fingerprint: its directory under `sft.shared_dir`."""
+    text = json.dumps(fingerprint(run), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _reusable(path: str, run: Run) -> dict | None:
@@ -173,7 +189,25 @@ def _reusable(path: str, run: Run) -> dict | None:
 def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict, bool]:
     """`train.warm_start=sft`: (params, summary, reused). Runs `train` and exports
     DIR/sft (its fingerprint written last, so an interrupted export is not reused),
-    or loads DIR/sft when it holds a finished warm start with the same fingerprint."""
+    or loads DIR/sft when it holds a finished warm start with the same fingerprint.
+
+    With `sft.shared_dir`, the warm start lives in SHARED/<fingerprint_key>/ instead
+    (its sft directory, logs and, while it trains, checkpoints): the first run to need
+    it trains it under a file lock, the others wait for the lock and load it, and its
+    checkpoints are deleted once the export is written (nothing resumes from them)."""
+    shared = run.cfg.sft.shared_dir
+    if not shared:
+        return _warm_start_in(workdir, run, params, stream)
+    home = os.path.join(shared, fingerprint_key(run))
+    os.makedirs(home, exist_ok=True)
+    with _locked(os.path.join(home, ".lock"), stream):
+        out = _warm_start_in(home, run, params, stream)
+        if multihost.is_primary():
+            shutil.rmtree(os.path.join(home, "sft_checkpoints"), ignore_errors=True)
+    return out
+
+
+def _warm_start_in(workdir: str, run: Run, params: Any, stream) -> tuple[Any, dict, bool]:
     path = os.path.join(workdir, "sft")
     summary = _reusable(path, run)
     if summary is not None:
@@ -187,3 +221,20 @@ def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any
             json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
     multihost.sync("warm start written")
     return params, summary, False
+
+
+@contextlib.contextmanager
+def _locked(path: str, stream):
+    """An exclusive lock on the file `path` (released when the process dies), saying so
+    when another process holds it."""
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for {os.path.dirname(path)}: another run is training this warm "
+                  "start", file=stream or sys.stdout, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -32,6 +32,7 @@ position, warning counters, the reference policy's checksum).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -45,7 +46,7 @@ import sampling
 from models.multihost import to_host
 from rl.algorithms import advantages as adv_lib
 from rl.algorithms import kl as kl_lib
-from rl.algorithms import overlong, reweighting
+from rl.algorithms import ops, overlong, reweighting
 from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
@@ -59,6 +60,10 @@ from rl.train.logs import RunLog
 
 TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
 ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
+# a policy whose mean token entropy was once below STRUCTURED × ln V (ln V: a uniform
+# policy's) and is now above COLLAPSED × ln V has collapsed (a random init starts near
+# uniform and says nothing)
+COLLAPSED_ENTROPY, STRUCTURED_ENTROPY = 0.9, 0.6
 
 
 def in_memory(tree: Any, kind: str) -> Any:
@@ -104,6 +109,8 @@ class Trainer:
         self.warnings = sys.stderr if stream is None else stream
         self.zero_reward_steps = 0  # consecutive steps from the start with every reward 0
         self.empty_steps = 0        # steps whose dynamic sampling kept no group
+        self.collapsed_steps = 0    # steps whose policy was near uniform (COLLAPSED_ENTROPY)
+        self.entropy_min = None     # the lowest mean token entropy so far
         self.faults = Faults(cfg.fault)
         self.total_steps = cfg.train.steps
         self.checkpoint_config = checkpoint.config_dict(cfg)
@@ -125,6 +132,7 @@ class Trainer:
     def host_state(self) -> dict:
         return self.collector.host_state() | {
             "zero_reward_steps": self.zero_reward_steps, "empty_steps": self.empty_steps,
+            "collapsed_steps": self.collapsed_steps, "entropy_min": self.entropy_min,
             "reference": self.ref_checksum}
 
     def set_host_state(self, host: dict) -> None:
@@ -134,6 +142,8 @@ class Trainer:
                 "checkpointed run used (did the weights in model.hf_path or DIR/sft change?)")
         self.collector.set_host_state(host)
         self.zero_reward_steps, self.empty_steps = host["zero_reward_steps"], host["empty_steps"]
+        self.collapsed_steps = host.get("collapsed_steps", 0)  # absent before format 2
+        self.entropy_min = host.get("entropy_min")
 
     def data_state(self) -> dict:
         return self.collector.data_state()
@@ -168,12 +178,15 @@ class Trainer:
         """Jitted: rewards/gids/valid/keep_rows [rows], mask/old_logp/ref_logp/divergence
         [rows, C] (divergence None unless divergence_weighted uses JS), paths [rows, depth]
         or None, step [] the RL step -> ([rows, C] advantages, [rows, C] gradient mask,
-        [rows, C] the reweighter's token weight, 1 without one)."""
+        [rows, C] the reweighter's token weight, 1 without one, [] the mean KL estimate
+        over the valid rows' tokens when the KL is in the reward, else 0)."""
         alg = self.alg
         opts = dict(alg.advantage_options)
+        kl_mean = jnp.float32(0.0)
         if alg.kl_in_reward and alg.kl_coef > 0:
             penalty = kl_lib.reward_penalty(alg.kl_kind, old_logp, ref_logp, mask, alg.kl_coef,
                                             clamp=alg.kl_clamp)
+            kl_mean = ops.masked_mean(-penalty / alg.kl_coef, mask & valid[:, None])
             if alg.advantage in TOKEN_LEVEL:
                 opts["token_rewards"] = penalty
             else:
@@ -203,12 +216,12 @@ class Trainer:
             if alg.reweight == "delta_logp_mask" and options.get("method", "clip") == "clip":
                 grad_mask = grad_mask & (weight > 0)  # the authors' method=clip: out of the loss
         adv = jnp.broadcast_to(adv.astype(jnp.float32).reshape(mask.shape[0], -1), mask.shape)
-        return jnp.where(grad_mask, adv, 0.0), grad_mask, weight
+        return jnp.where(grad_mask, adv, 0.0), grad_mask, weight, kl_mean
 
     def advantages(self, groups: Groups, seqs, old_logp, ref_logp, *, step: int = 0,
-                   divergence=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """([rows, C] advantages, [rows, C] gradient mask, [rows, C] reweighting weight)
-        for the assembled batch
+                   divergence=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """([rows, C] advantages, [rows, C] gradient mask, [rows, C] reweighting weight,
+        the KL-in-reward's mean estimate) for the assembled batch
         (one compiled program: estimator, KL-in-reward, mc_grpo mask, overlong filter,
         reweighting)."""
         n = len(groups.rewards)
@@ -262,8 +275,11 @@ class Trainer:
         print(f"warning: {text}", file=self.warnings, flush=True)
 
     def check_progress(self, step: int, metrics: dict) -> None:
-        """Warns when the run cannot learn: every reward 0 over its first steps, or a
-        step whose dynamic sampling kept no group (its update is skipped)."""
+        """Warns when the run cannot learn: every reward 0 over its first steps, a step
+        whose dynamic sampling kept no group (its update is skipped), or a policy whose
+        token distribution has collapsed towards uniform (e.g. a learning rate far too
+        high: it samples noise and no update brings it back)."""
+        self.check_collapse(step, metrics.get("entropy"))
         if self.zero_reward_steps == step - 1 and metrics.get("sampled/all_zero"):
             self.zero_reward_steps = step
             if step == min(ZERO_REWARD_STEPS, self.cfg.train.steps):
@@ -281,6 +297,25 @@ class Trainer:
                     "samples scored alike (all right or all wrong), so there is nothing to "
                     "learn and the update was skipped. Raise train.dynamic_max_rounds or "
                     "sampling.n, or use a task nearer the policy's level")
+
+    def check_collapse(self, step: int, entropy: float | None) -> None:
+        """The collapse warning of `check_progress` (the first step, then every 50th)."""
+        if entropy is None:
+            return
+        uniform = math.log(self.run_.model_config.vocab_size)
+        lowest = entropy if self.entropy_min is None else min(self.entropy_min, entropy)
+        self.entropy_min = lowest
+        if lowest >= STRUCTURED_ENTROPY * uniform or entropy < COLLAPSED_ENTROPY * uniform:
+            return
+        self.collapsed_steps += 1
+        if self.collapsed_steps == 1 or self.collapsed_steps % 50 == 0:
+            self.warn(
+                f"step {step}: the policy's mean token entropy is {entropy:.2f} nats, "
+                f"{entropy / uniform:.0%} of a uniform distribution over its "
+                f"{self.run_.model_config.vocab_size} tokens, up from {lowest:.2f} "
+                f"({self.collapsed_steps} such steps so far): it has collapsed and samples "
+                f"noise. Lower optim.lr (now {self.cfg.optim.lr:g}) or raise "
+                "optim.warmup_steps, and start again")
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, step: int = 0) -> dict[str, float]:
@@ -319,8 +354,8 @@ class Trainer:
         old_logp = to_host(old_logp)  # gathered from every process (a collective)
         ref_logp = np.zeros_like(old_logp) if ref_logp is None else to_host(ref_logp)
         t2 = time.perf_counter()
-        adv, grad_mask, weight = self.advantages(groups, seqs, old_logp, ref_logp, step=step,
-                                                 divergence=divergence)
+        adv, grad_mask, weight, kl_mean = self.advantages(groups, seqs, old_logp, ref_logp,
+                                                          step=step, divergence=divergence)
         if self.faults.poison(step):
             adv = np.where(grad_mask, np.float32("nan"), adv)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
@@ -342,9 +377,14 @@ class Trainer:
         metrics = dict(stats) | shaping | self.reweight_metrics(seqs, grad_mask, weight,
                                                                divergence)
         metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
+        if self.alg.kl_in_reward and self.alg.kl_coef > 0:  # the loss has no KL term to log
+            metrics["kl/in_reward"] = float(kl_mean)
+            metrics["kl/reward_penalty"] = -self.alg.kl_coef * float(kl_mean)
         for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
             if f"learner/{key}" in metrics:
                 metrics[key] = metrics[f"learner/{key}"]
+        if "kl/in_reward" in metrics:
+            metrics["kl"] = metrics["kl/in_reward"]
         metrics.update({
             "reward/mean": float(rewards.mean()) if n else 0.0,
             "reward/std": float(rewards.std()) if n else 0.0,

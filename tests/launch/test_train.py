@@ -26,6 +26,14 @@ def _launch(module, *args, timeout=120):
     (["--config=configs/demo.py:grpo,sarsa"],
      ("error: cannot load config configs/demo.py:grpo,sarsa: config argument 'sarsa' "
       "is neither")),
+    (["--config=configs"], "error: config file configs is a directory (expected a .py file)"),
+    # the flat sampler's rule, checked before the warm start (it used to die after it)
+    (["--config.sampling.segment_len=12"],
+     "error: sampling.segment_len (12) must be a positive multiple of sampling.page_size (16)"),
+    # a verifier that cannot read the task's references
+    (["--config.rl.reward.name=math"],
+     "error: rl.reward.name=math cannot score the references of data.task.name=countdown: "
+     "math reference must be a non-empty str"),
 ])
 def test_bad_input_fails_in_one_line_before_compute(tmp_path, module, args, message):
     result = _launch(module, f"--workdir={tmp_path / 'run'}", *args)
@@ -51,13 +59,15 @@ def test_bad_values_fail_in_one_line_before_compute(tmp_path, module, args, mess
     assert "Traceback" not in result.stderr
 
 
-def test_a_workdir_that_is_a_file_fails_in_one_line(tmp_path):
+def test_a_workdir_that_is_a_file_or_cannot_be_written_fails_in_one_line(tmp_path):
     path = tmp_path / "file"
     path.write_text("")
-    result = _launch("launch.train", f"--workdir={path}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"error: --workdir {path} exists and is not a directory")
+    for workdir, message in ((path, f"error: --workdir {path} exists and is not a directory"),
+                             (path / "run", f"error: cannot write in --workdir {path / 'run'}: "
+                                            "Not a directory")):
+        result = _launch("launch.train", f"--workdir={workdir}")
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [message], result.stderr
 
 
 @pytest.mark.parametrize("module", ["launch.train", "launch.sft", "launch.evaluate",

@@ -55,18 +55,22 @@ def test_bfloat16_default_old_logp_gives_on_policy_ratios_of_one():
     # ops and their order, so the ratio is 1 to fp32 rounding of the log-softmax
     np.testing.assert_allclose(ratio, 1.0, atol=fp32_atol(np.abs(old[mask]).max() + 1.0,
                                                           config.vocab_size), rtol=0)
-    # The sampler's bf16 log-probs: both sides take fp32 scores, softmax and sums
-    # over bf16 activations, but round those activations after differently shaped
-    # products (one token per row vs whole sequences), so a bf16 rounding step,
-    # 2^-8 relative, can land differently at any of the L layers' residual adds
-    # and the final norm. That bounds each |Δ logit| by about 2·2^-8·(L+1)·max|logit|,
-    # and |Δ log p| by twice that; the mean is far below it (docs/sampling.md).
-    sampler = ro.raw_logprobs[mask]
-    logits_max = float(np.abs(np.asarray(models.apply(config, params, batch[2]))).max())
-    bound = 4 * 2.0 ** -8 * (config.num_layers + 1) * logits_max
-    gap = np.abs(sampler - old[mask])
-    assert gap.max() <= bound, (gap.max(), bound)
-    assert gap.mean() <= bound / 10, (gap.mean(), bound)
+    # The sampler's bf16 log-probs: both sides take fp32 scores, softmax and sums over
+    # bf16 activations (tests/models/test_paged_attention.py guards the decode's fp32
+    # sums), but round those activations after differently shaped products (one token
+    # per row vs whole sequences), so a bf16 rounding step lands differently here and
+    # there. The size of such steps is the computation's own bf16 rounding error: e =
+    # |learner in bf16 - the same model in fp32| per token. The two bf16 paths share
+    # most of their roundings, so their gap is a fraction of e: on this batch the mean
+    # gap is 0.50 of e's mean and the largest 0.78 of e's largest (2026-11-24). Bounds:
+    # 0.65 and 1.0 (margin 1.3). A decode that rounds its softmax weights to bf16 (the
+    # former one) measures 0.84 and fails the mean bound.
+    exact = _learner_logp(config.replace(dtype="float32", param_dtype="float32"),
+                          jax.tree.map(lambda x: x.astype(jnp.float32), params), batch)
+    e = np.abs(old[mask] - exact[mask])
+    gap = np.abs(ro.raw_logprobs[mask] - old[mask])
+    assert gap.mean() <= 0.65 * e.mean(), (gap.mean(), e.mean())
+    assert gap.max() <= 1.0 * e.max(), (gap.max(), e.max())
 
 
 @pytest.mark.parametrize("value,dtype,want", [("sampler", "bfloat16", "sampler"),

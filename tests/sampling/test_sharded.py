@@ -7,7 +7,7 @@ import pytest
 
 import models
 from models import sharding
-from sampling import SamplingParams, TreeConfig, generate, tree_generate
+from sampling import SamplingParams, TreeConfig, engine, generate, tree_generate
 from tests.tolerances import fp32_atol
 
 SP = SamplingParams(temperature=1.0, max_new_tokens=16)
@@ -61,9 +61,60 @@ def test_sharded_samplers_equal_one_device(tiny, shape):
     np.testing.assert_array_equal(many.paths, one.paths)
 
 
+def _axes(spec) -> tuple:
+    """A PartitionSpec as a tuple without its trailing unsplit dims (P('x') == P('x', None))."""
+    axes = list(spec)
+    while axes and axes[-1] is None:
+        axes.pop()
+    return tuple(axes)
+
+
+def _decode_programs(monkeypatch):
+    """Records (output shapes, compiled program) of every `engine.decode` call: the same
+    program compiled again from the same arguments, whose shardings can be read."""
+    programs, run = [], engine._decode_program
+    inspect = jax.jit(engine._decode, static_argnums=(0, 7, 8, 9, 10, 11))
+
+    def recording(*args):
+        lowered = inspect.lower(*args)
+        programs.append((lowered.out_info, lowered.compile()))
+        return run(*args)
+
+    monkeypatch.setattr(engine, "_decode_program", recording)
+    return programs
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2), (1, 2, 4)], ids=lambda s: "x".join(map(str, s)))
+def test_sharded_decode_runs_where_the_mesh_says(tiny, monkeypatch, shape):
+    """Values alone passed while decode ignored its sharding; the compiled programs show
+    the placement: rows (tokens, hidden states) over the batch axes, the page pool's kv
+    heads over `tensor` (pages whole on every device), the weights as the learner placed
+    them (data, fsdp and tensor as `param_shardings` says)."""
+    config, params = tiny
+    mesh = sharding.make_mesh(shape)
+    act = sharding.ActivationSharding(mesh, sharding.make_rules())
+    placed = sharding.shard_params(params, config, mesh, act.rules)
+    programs = _decode_programs(monkeypatch)
+    prompts = _prompts(0, [5, 9, 3, 12], config.vocab_size)
+    generate(config, placed, prompts, 4, SP, jax.random.key(1), page_size=4, segment_len=8,
+             sharding=act)
+    tree_generate(config, placed, prompts[:2], TREE, SP, jax.random.key(2), sharding=act)
+    assert len(programs) >= 3  # flat segments and tree rounds
+    want_params = jax.tree.map(lambda s: _axes(s.spec),
+                               sharding.param_shardings(config, mesh, act.rules))
+    for (out_shape, hidden_shape, cache_shape), compiled in programs:
+        out, hidden, cache = compiled.output_shardings
+        params_in, cache_in = compiled.input_shardings[0][:2]
+        rows = _axes(act.spec(("batch",), out_shape.tokens.shape[:1]))
+        assert rows  # the rows are split at all
+        assert _axes(out.tokens.spec)[:1] == _axes(hidden.spec)[:1] == rows, (out, hidden)
+        kv = _axes(act.spec(("layers", None, "kv_heads", None, None), cache_shape.k.shape))
+        assert _axes(cache.k.spec) == _axes(cache.v.spec) == _axes(cache_in.k.spec) == kv
+        assert jax.tree.map(lambda s: _axes(s.spec), params_in) == want_params
+
+
 def test_sharded_pool_splits_kv_heads(tiny):
     config, params = tiny
-    from sampling import engine
     from sampling.page_pool import PagePool
     mesh = sharding.make_mesh((2, 2, 2))
     act = sharding.ActivationSharding(mesh, sharding.make_rules())

@@ -9,7 +9,7 @@ import pytest
 
 from configs import base, variants
 from launch.common import load_config_file
-from rl.train import build
+from rl.train import build, checks
 from rl.train.trainer import Trainer
 from tests.rl.train.test_trainer import small_config, train
 
@@ -190,6 +190,32 @@ def test_short_runs_warn_at_their_last_step(tmp_path):
     assert out.getvalue() == ""
     trainer.check_progress(2, {"sampled/all_zero": 1})
     assert "over the first 2 steps" in out.getvalue()
+
+
+def test_a_collapsed_policy_warns_and_a_random_init_does_not(tmp_path):
+    """ln V is a uniform policy's entropy: a random init starts near it (no warning); a
+    policy that had structure and then reaches it has collapsed (lr far too high)."""
+    trainer, out = _trainer(tmp_path, **{"train.steps": 200})
+    uniform = np.log(trainer.run_.model_config.vocab_size)
+    for step in range(1, 4):  # random init: near uniform from the start
+        trainer.check_progress(step, {"entropy": 0.95 * uniform, "batch/rows": 8})
+    assert out.getvalue() == ""
+    trainer, out = _trainer(tmp_path / "b", **{"train.steps": 200})
+    trainer.check_progress(1, {"entropy": 0.3 * uniform, "batch/rows": 8})
+    trainer.check_progress(2, {"entropy": 0.8 * uniform, "batch/rows": 8})
+    assert out.getvalue() == ""
+    for step in range(3, 60):
+        trainer.check_progress(step, {"entropy": 0.99 * uniform, "batch/rows": 8})
+    text = out.getvalue()
+    assert text.count("warning:") == 2  # the first collapsed step, then the 50th
+    assert "has collapsed" in text and "Lower optim.lr (now 0.001)" in text
+
+
+def test_an_absurd_learning_rate_warns_at_start_up():
+    assert base.get_config().optim.lr == 1e-6 and not checks.warnings(base.get_config())
+    cfg = small_config(**{"optim.lr": 1e6})
+    (warning,) = checks.warnings(cfg)
+    assert warning.startswith("optim.lr=1e+06 is far above the rates RL fine-tuning uses")
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""rl.train.trainer / rl.train.sft / rl.train.evaluation / rl.train.batch on a very small model: the loop runs,
-logs what it promises, is deterministic, and every algorithm variant trains."""
+"""rl.train.trainer / sft / evaluation / batch on a very small model: the loop runs, logs
+what it promises, is deterministic, and every algorithm variant trains."""
 
 import functools
 import io
@@ -104,8 +104,9 @@ MECHANISM = {
     "dr_grpo": ("advantage/abs_mean", lambda v: max(v) > 0),
     "dapo": ("overlong/penalized_frac", lambda v: max(v) > 0),
     "gspo": ("learner/clip_frac_high", None),                # + clip_frac_low, below
-    "rloo": ("advantage/abs_mean", lambda v: max(v) > 0),
-    "reinforce_pp": ("advantage/abs_mean", lambda v: max(v) > 0),
+    # the k1 KL in the reward: 0 while π_old = π_ref (step 1), logged as it grows (step 2)
+    "rloo": ("kl/in_reward", lambda v: v[0] == 0 and v[-1] != 0),
+    "reinforce_pp": ("kl/in_reward", lambda v: v[0] == 0 and v[-1] != 0),
     "nsr": ("learner/nsr_band_frac", lambda v: max(v) > 0),
     "fipo": ("learner/fipo_weight_changed_frac", lambda v: max(v) > 0),
     "logp_reweight": ("reweight/weight_mean", lambda v: min(v) > 1.0),  # 1 + c(1 - p) > 1
@@ -151,6 +152,10 @@ def test_every_variant_trains_two_steps_and_its_mechanism_acts(tmp_path, variant
         assert max(values) + max(r["learner/clip_frac_low"] for r in steps) > 0
     else:
         assert acted(values), (key, values)
+    if cfg.rl.kl.in_reward:  # the loss has no KL term: the reward's is the one logged
+        assert [r["kl"] for r in steps] == [r["kl/in_reward"] for r in steps]
+
+
 @pytest.mark.slow
 def test_april_resumes_partial_responses_with_their_log_probs(tmp_path):
     # stop tokens on a third of the vocabulary give the untrained model long-tailed
@@ -175,29 +180,44 @@ def test_april_resumes_partial_responses_with_their_log_probs(tmp_path):
 
 @pytest.mark.slow
 def test_april_and_bots_state_survive_a_checkpoint_round_trip(tmp_path):
+    """Through a real Orbax checkpoint: APRIL's carry, and BOTS's posteriors over a pool of
+    a million tasks, stored as arrays (the checkpoint's JSON stays small)."""
+    from rl.checkpoint import persistent
     from rl.data import selectors
     from rl.train import april
-    for variant in ("april", "bots"):
+    for variant, extra in (("april", {}), ("bots", {"data.train_size": 1_000_000})):
         cfg = small_config(variant, **{"train.steps": 1, "train.eval_every": 0,
                                        "rl.reward.name": "format",
-                                       "rl.reward.pattern": ".*[a-z].*"})
-        run = build.resolve(cfg, str(tmp_path / variant))
-        trainer = Trainer(run, build.init_params(run), str(tmp_path / variant),
-                          stream=io.StringIO())
+                                       "rl.reward.pattern": ".*[a-z].*", **extra})
+        workdir = str(tmp_path / variant)
+        run = build.resolve(cfg, workdir)
+        trainer = Trainer(run, build.init_params(run), workdir, stream=io.StringIO())
         trainer.step(1)
-        host = json.loads(json.dumps(trainer.host_state()))  # what a checkpoint stores
-        fresh = Trainer(run, build.init_params(run), str(tmp_path / variant),
-                        stream=io.StringIO())
+        ckpts = persistent.Checkpoints(os.path.join(workdir, "checkpoints"), config=cfg,
+                                       asynchronous=False)
+        ckpts.save(1, trainer.get_state(), trainer.host_state(), wait=True)
+        fresh = Trainer(run, build.init_params(run), workdir, stream=io.StringIO())
+        state, host = ckpts.restore(1, fresh.get_state())
+        ckpts.close()
+        fresh.set_state(state)
         fresh.set_host_state(host)
         a, b = trainer.collector, fresh.collector
         if variant == "april":
             assert a.carry.groups  # the surplus of 2x over-provisioning
             assert april.state_to_json(b.carry) == april.state_to_json(a.carry)
             assert b.waiting == a.waiting
-        else:
-            assert selectors.state_to_json(b.selector_state) == \
-                selectors.state_to_json(a.selector_state)
-            assert a.selector_state["stats"]["bots/evidence"] > 2.0
+            continue
+        assert a.selector_state["alpha"].shape == (1_000_000,)
+        for key in ("alpha", "beta"):
+            np.testing.assert_array_equal(b.selector_state[key], a.selector_state[key])
+        assert b.selector_state["stats"] == a.selector_state["stats"]
+        assert a.selector_state["stats"]["bots/evidence"] > 2.0
+        meta = os.path.join(workdir, "checkpoints", "1", "meta")
+        json_bytes = sum(os.path.getsize(os.path.join(meta, f)) for f in os.listdir(meta))
+        assert json_bytes < 100_000  # 2 × 1e6 floats as JSON would be ~40 MB
+        rng = functools.partial(selectors.step_rng, cfg.seed, 2)
+        np.testing.assert_array_equal(a.selector.select(a.selector_state, rng(), 8),
+                                      b.selector.select(b.selector_state, rng(), 8))
 
 
 @pytest.mark.slow

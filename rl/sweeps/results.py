@@ -1,27 +1,16 @@
-"""Sweeps: a config file's `get_sweep(arg)` run by run, and the paper-style summary.
+"""A sweep's results: each run's numbers, the tables of results.md / timing.md, the curves.
 
-A sweep file is a config file (`get_config(arg)`) that also defines
-`get_sweep(arg) -> list[dict]`: one dict per run, with
+`summarize(workdir, runs)` writes DIR/results.csv (one row per run), DIR/results.md
+(mean ± std per group; only numbers that are a function of the config and seed, so an
+interrupted and resumed sweep writes the same file), DIR/timing.md (the wall time the
+runs' processes took, measured by launch.sweep, and the share of it in training
+steps) and DIR/curves.png (held-out accuracy and training reward per step, and
+held-out accuracy per rollout token, one curve per group: the mean over its runs).
 
-    "name"   a short unique name (letters, digits, `_ . -`): the run's directory;
-    "group"  the arm it belongs to (default: its name); runs of one group are
-             aggregated (mean ± std), e.g. the seeds of one method;
-    any other key: a config override, "rl.loss.name": "ppo", "seed": 1, ...
-
-`configs.with_seeds(arms, seeds)` expands arms into one run per seed (name
-`<arm>-s<seed>`, group `<arm>`, override `seed`). `launch.sweep` runs them;
-`summarize(workdir, runs)` writes DIR/results.csv (one row per run),
-DIR/results.md (mean ± std per group; only numbers that are a function of the
-config and seed, so an interrupted and resumed sweep writes the same file),
-DIR/timing.md (wall-clock per group) and DIR/curves.png (held-out accuracy and
-training reward per step, and held-out accuracy per rollout token, one curve
-per group: the mean over its runs).
-
-A sweep file may also set `METRICS`, a tuple of training-metric keys of
-metrics.jsonl (`"learner/entropy"`, `"frac_reward_zero_std"`, ...): results.md then
-adds a table of each one's mean over a run's RL steps (mean ± std per group), and
-curves.png one panel per metric (its value per step). They are the mechanics a study
-looks at beside accuracy: entropy, clip fractions, the share of zero-variance groups.
+With a sweep file's `METRICS` (training-metric keys of metrics.jsonl:
+`"learner/entropy"`, `"frac_reward_zero_std"`, ...), results.md adds a table of each
+one's mean over a run's RL steps (mean ± std per group), and curves.png one panel per
+metric (its value per step): the mechanics a study looks at beside accuracy.
 
 Per run, from DIR/runs/<name>/metrics.jsonl:
   heldout_start / heldout_final / heldout_best   greedy held-out accuracy before RL
@@ -36,116 +25,31 @@ Per run, from DIR/runs/<name>/metrics.jsonl:
   tokens_to_target               rollout tokens spent up to steps_to_target
   rollouts                       completions sampled (`sampled/rows`: DARS's extras,
                                  dynamic sampling's extra rounds, the tree's leaves)
-  wall_s, wall_to_target_s       sum of `time/step` (+ `time/eval`), to the end / target
+  step_s, step_to_target_s       sum of `time/step` (+ `time/eval`), to the end / target
+and from DIR/runs/<name>/wall.json (written by launch.sweep):
+  wall_s                         the wall time of the run's processes, every attempt
+                                 (start-up, compilation, warm start, evals, exports)
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
+import json
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import configs
 from models import extras
+from rl.sweeps.spec import run_dir
 from rl.train import logs
 
-NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-RESERVED = ("name", "group")
 DETERMINISTIC = ("heldout_start", "heldout_final", "heldout_gain", "heldout_best",
                  "reward_last10", "steps_to_target",
                  "rollout_tokens", "tokens_to_target", "rollouts")
-TIMING = ("wall_s", "wall_to_target_s")
-
-
-class SweepError(ValueError):
-    """A sweep file or its runs are malformed (one-line message)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-    """A loaded sweep file: its runs (checked), its `TARGET` held-out accuracy (0.5
-    when it sets none) and its `METRICS` (none when it sets none)."""
-    path: str
-    arg: str
-    runs: list[dict]
-    target: float
-    metrics: tuple[str, ...] = ()
-
-
-def load(spec: str) -> Sweep:
-    """The sweep of `path.py[:arg]`: its `get_sweep(arg)`, TARGET and METRICS, checked."""
-    path, _, arg = spec.partition(":")
-    if not os.path.exists(path):
-        raise SweepError(f"sweep file {path} does not exist")
-    module = configs.import_file(path, "_sweep_config")
-    if not hasattr(module, "get_sweep"):
-        raise SweepError(f"{path} defines no get_sweep(arg): it is a config, not a sweep")
-    runs = module.get_sweep(arg) if arg else module.get_sweep()
-    metrics = getattr(module, "METRICS", ())
-    if (isinstance(metrics, str) or not isinstance(metrics, Sequence)
-            or not all(isinstance(m, str) and m for m in metrics)):
-        raise SweepError(f"{path}: METRICS must be a tuple of metric names, got {metrics!r}")
-    return Sweep(path, arg, check(runs, path), float(getattr(module, "TARGET", 0.5)),
-                 tuple(metrics))
-
-
-def check(runs: Any, where: str = "the sweep") -> list[dict]:
-    """The runs, each with a name and a group; raises SweepError naming the first
-    problem (no runs, a missing or repeated or unsafe name, a non-string key)."""
-    if not isinstance(runs, list) or not runs:
-        raise SweepError(f"{where}: get_sweep must return a non-empty list of dicts")
-    seen: set[str] = set()
-    out = []
-    for i, run in enumerate(runs):
-        if not isinstance(run, Mapping) or not isinstance(run.get("name"), str):
-            raise SweepError(f"{where}: run {i} is not a dict with a string 'name'")
-        name = run["name"]
-        if not NAME.match(name):
-            raise SweepError(f"{where}: run name {name!r} may only hold letters, digits, _ . -")
-        if name in seen:
-            raise SweepError(f"{where}: two runs are named {name!r}")
-        seen.add(name)
-        bad = [k for k in run if not isinstance(k, str) or not k]
-        if bad:
-            raise SweepError(f"{where}: run {name!r} has a key that is not a config path: {bad}")
-        out.append({**run, "group": str(run.get("group", name))})
-    return out
-
-
-def check_keys(config, runs: list[dict]) -> None:
-    """Raises SweepError naming the first run whose override names no config key."""
-    for run in runs:
-        for key in overrides(run):
-            node = config
-            for i, part in enumerate(key.split(".")):
-                keys = list(node.keys()) if hasattr(node, "keys") else []
-                if part not in keys:
-                    where = ".".join(key.split(".")[:i]) or "the config"
-                    raise SweepError(f"run {run['name']!r}: config key {key!r} does not exist "
-                                     f"({where} has: {', '.join(sorted(keys)) or 'no keys'})")
-                node = node[part]
-
-
-def overrides(run: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in run.items() if k not in RESERVED}
-
-
-def flag_value(value: Any) -> str:
-    """A config override's value as `--config.key=VALUE` text that ml_collections parses
-    back to the same value."""
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def run_dir(workdir: str, run: Mapping[str, Any]) -> str:
-    return os.path.join(workdir, "runs", run["name"])
+TIMING = ("wall_s", "step_s", "step_to_target_s")
+WALL_FILE = "wall.json"  # a run's measured wall time: {"seconds": s, "attempts": k}
+SWEEP_WALL_FILE = "sweep_wall.json"  # the sweep's: {"seconds": s, "invocations": k}
 
 
 # -- one run's numbers --------------------------------------------------------------------------
@@ -174,22 +78,41 @@ def run_numbers(records: list[dict], target: float,
     out["reward_last10"] = sum(last) / len(last) if last else None
     reached = next((r["step"] for r in evals if r["heldout/accuracy"] >= target), None)
     out["steps_to_target"] = reached
-    tokens = wall = 0.0
-    out["tokens_to_target"] = out["wall_to_target_s"] = None
+    tokens = seconds = 0.0
+    out["tokens_to_target"] = out["step_to_target_s"] = None
     if reached == 0:
-        out["tokens_to_target"] = out["wall_to_target_s"] = 0.0
+        out["tokens_to_target"] = out["step_to_target_s"] = 0.0
     for r in steps:
         tokens += _decoded(r)
-        wall += float(r.get("time/step") or 0) + float(r.get("time/eval") or 0)
+        seconds += float(r.get("time/step") or 0) + float(r.get("time/eval") or 0)
         if reached is not None and r["step"] == reached:
-            out["tokens_to_target"], out["wall_to_target_s"] = tokens, wall
+            out["tokens_to_target"], out["step_to_target_s"] = tokens, seconds
     out["rollout_tokens"] = tokens
     out["rollouts"] = sum(int(r.get("sampled/rows") or 0) for r in steps)
-    out["wall_s"] = wall
+    out["step_s"] = seconds
     for key in metrics:
         values = [float(r[key]) for r in steps if r.get(key) is not None]
         out[key] = sum(values) / len(values) if values else None
     return out
+
+
+def add_wall(path: str, seconds: float, key: str = "attempts") -> dict:
+    """Adds `seconds` to the wall-time file `path` (WALL_FILE or SWEEP_WALL_FILE) and
+    counts one more `key`; returns its content."""
+    wall = read_wall(path) or {"seconds": 0.0, key: 0}
+    wall = {"seconds": wall["seconds"] + float(seconds), key: wall.get(key, 0) + 1}
+    with open(path, "w") as f:
+        json.dump(wall, f)
+    return wall
+
+
+def read_wall(path: str) -> dict | None:
+    """The content of a wall-time file, None when it does not exist."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
 
 
 # -- the summary ---------------------------------------------------------------------------------
@@ -233,8 +156,9 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
         if not os.path.exists(os.path.join(run_dir(workdir, run), "DONE")):
             continue
         records = logs.read(path)
+        wall = read_wall(os.path.join(run_dir(workdir, run), WALL_FILE)) or {}
         rows.append({"name": run["name"], "group": run["group"],
-                     **run_numbers(records, target, metrics)})
+                     **run_numbers(records, target, metrics), "wall_s": wall.get("seconds")})
         series.setdefault(run["group"], []).append(logs.metric_records(records))
     written = []
     csv_path = os.path.join(workdir, "results.csv")
@@ -261,8 +185,8 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
         missing = [key for key in metrics if all(row[key] is None for row in rows)]
         if missing:
             results += ["", f"No run logged: {', '.join(missing)}."]
-    for name, lines in (("results.md", results), ("timing.md", head + _table(rows, [
-            ("wall_s", "wall s", 1), ("wall_to_target_s", f"wall s to {target}", 1)]))):
+    for name, lines in (("results.md", results), ("timing.md", head + _timing(workdir, rows,
+                                                                            target))):
         path = os.path.join(workdir, name)
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -271,6 +195,23 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
         written.append(plot_curves(os.path.join(workdir, "curves.png"), series, title,
                                    metrics))
     return written
+
+
+def _timing(workdir: str, rows: list[dict], target: float) -> list[str]:
+    """timing.md's lines after the header: the sweep's wall time, then per group the
+    runs' process wall time (every attempt) and the part of it in training steps."""
+    sweep = read_wall(os.path.join(workdir, SWEEP_WALL_FILE))
+    runs_total = sum(row["wall_s"] or 0.0 for row in rows)
+    lines = []
+    if sweep:
+        lines += [f"Sweep wall time: {sweep['seconds']:.0f} s over {sweep['invocations']} "
+                  f"invocation(s) of launch.sweep; the finished runs' processes took "
+                  f"{runs_total:.0f} s in all (runs in parallel overlap).", ""]
+    lines += ["wall s: the run's processes from start to exit, every attempt (start-up, "
+              "compilation, warm start, evals, exports); steps s: the part in training "
+              "steps and their evals (`time/step` + `time/eval`).", ""]
+    return lines + _table(rows, [("wall_s", "wall s", 1), ("step_s", "steps s", 1),
+                                 ("step_to_target_s", f"steps s to {target}", 1)])
 
 
 def _mean_curve(runs: list[list[dict]], key: str, x_of) -> tuple[list[float], list[float]]:

@@ -1,0 +1,28 @@
+"""Ablation sweeps: a sweep file's runs (rl.sweeps.spec) and their results tables and
+curves (rl.sweeps.results); `launch.sweep` runs them."""
+
+from rl.sweeps.results import (
+    DETERMINISTIC,
+    SWEEP_WALL_FILE,
+    TIMING,
+    WALL_FILE,
+    add_wall,
+    plot_curves,
+    read_wall,
+    run_numbers,
+    summarize,
+)
+from rl.sweeps.spec import (
+    Sweep,
+    SweepError,
+    check,
+    check_keys,
+    flag_value,
+    load,
+    overrides,
+    run_dir,
+)
+
+__all__ = ["DETERMINISTIC", "SWEEP_WALL_FILE", "Sweep", "SweepError", "TIMING", "WALL_FILE",
+           "add_wall", "check", "check_keys", "flag_value", "load", "overrides", "plot_curves",
+           "read_wall", "run_dir", "run_numbers", "summarize"]
