@@ -7,6 +7,7 @@
   rl.train.april        APRIL's partial-rollout carry-over
   rl.train.scoring      rollout rows submitted to the reward workers
   rl.train.groups       the completions a step keeps and their reward statistics
+  rl.train.credit       the step's advantages: KL in the reward, estimator, masks, reweighting
   rl.train.batch        groups -> the learner's padded arrays
   rl.train.learner      `TrainState` and the jitted, sharded, donated update
   rl.train.trainer      the RL loop's job (`Trainer`), run by rl.checkpoint.fit

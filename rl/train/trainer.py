@@ -44,9 +44,6 @@ import numpy as np
 
 import sampling
 from models.multihost import to_host
-from rl.algorithms import advantages as adv_lib
-from rl.algorithms import kl as kl_lib
-from rl.algorithms import ops, overlong, reweighting
 from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
@@ -55,10 +52,10 @@ from rl.train import learner as learner_lib
 from rl.train.batch import assemble
 from rl.train.build import Run, export
 from rl.train.collect import Collector
+from rl.train.credit import Credit
 from rl.train.groups import Groups
 from rl.train.logs import RunLog
 
-TOKEN_LEVEL = ("reinforce_pp", "reinforce_pp_baseline", "tree")
 ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
 # a policy whose mean token entropy was once below STRUCTURED × ln V (ln V: a uniform
 # policy's) and is now above COLLAPSED × ln V has collapsed (a random init starts near
@@ -114,7 +111,7 @@ class Trainer:
         self.faults = Faults(cfg.fault)
         self.total_steps = cfg.train.steps
         self.checkpoint_config = checkpoint.config_dict(cfg)
-        self._advantages = jax.jit(self.advantage_kernel)
+        self.credit = Credit(self.alg, run.tree, self.rows, run.completion_len)
         self.uses_js = (self.alg.reweight == "divergence_weighted"
                         and self.alg.reweight_options.get("divergence", "js") == "js")
 
@@ -171,104 +168,6 @@ class Trainer:
         if not self.offload:
             return self.ref_params
         return in_memory(self.ref_params, "device")
-
-    # -- advantages ---------------------------------------------------------------------------
-    def advantage_kernel(self, rewards, gids, valid, mask, old_logp, ref_logp, paths, step,
-                         divergence, keep_rows):
-        """Jitted: rewards/gids/valid/keep_rows [rows], mask/old_logp/ref_logp/divergence
-        [rows, C] (divergence None unless divergence_weighted uses JS), paths [rows, depth]
-        or None, step [] the RL step -> ([rows, C] advantages, [rows, C] gradient mask,
-        [rows, C] the reweighter's token weight, 1 without one, [] the mean KL estimate
-        over the valid rows' tokens when the KL is in the reward, else 0)."""
-        alg = self.alg
-        opts = dict(alg.advantage_options)
-        kl_mean = jnp.float32(0.0)
-        if alg.kl_in_reward and alg.kl_coef > 0:
-            penalty = kl_lib.reward_penalty(alg.kl_kind, old_logp, ref_logp, mask, alg.kl_coef,
-                                            clamp=alg.kl_clamp)
-            kl_mean = ops.masked_mean(-penalty / alg.kl_coef, mask & valid[:, None])
-            if alg.advantage in TOKEN_LEVEL:
-                opts["token_rewards"] = penalty
-            else:
-                rewards = rewards + jnp.sum(penalty, axis=1)
-        if alg.advantage in TOKEN_LEVEL:
-            opts["mask"] = mask
-        if paths is not None:
-            opts["paths"] = paths
-        if opts.get("level") == "segment":
-            opts["segment_len"] = self.run_.tree.segment_len
-        adv = adv_lib.compute(alg.advantage, rewards, gids, valid=valid, **opts)
-        keep = adv_lib.gradient_mask(alg.advantage, rewards, gids, valid=valid)
-        grad_mask = mask & (keep & keep_rows)[:, None]  # keep_rows: the overlong filter
-        weight = jnp.ones(mask.shape, jnp.float32)
-        if alg.reweight and alg.reweight != "fipo":
-            options = dict(alg.reweight_options)
-            if alg.reweight == "logp_reweight":
-                inputs = {"old_logp": old_logp}
-            elif alg.reweight == "delta_logp_mask":
-                inputs = {"old_logp": old_logp, "ref_logp": ref_logp, "step": step}
-            elif options.get("divergence", "js") == "js":  # full-vocabulary JS(π_old‖π_ref)
-                inputs = {"token_divergence": divergence}
-            else:  # k3 estimate of KL(π_old‖π_ref) at the sampled token
-                inputs = {"token_divergence": kl_lib.estimate("k3", old_logp, ref_logp)}
-            adv, weight = reweighting.weight(alg.reweight, adv, grad_mask, **inputs, **options)
-            adv = adv * weight
-            if alg.reweight == "delta_logp_mask" and options.get("method", "clip") == "clip":
-                grad_mask = grad_mask & (weight > 0)  # the authors' method=clip: out of the loss
-        adv = jnp.broadcast_to(adv.astype(jnp.float32).reshape(mask.shape[0], -1), mask.shape)
-        return jnp.where(grad_mask, adv, 0.0), grad_mask, weight, kl_mean
-
-    def advantages(self, groups: Groups, seqs, old_logp, ref_logp, *, step: int = 0,
-                   divergence=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """([rows, C] advantages, [rows, C] gradient mask, [rows, C] reweighting weight,
-        the KL-in-reward's mean estimate) for the assembled batch
-        (one compiled program: estimator, KL-in-reward, mc_grpo mask, overlong filter,
-        reweighting)."""
-        n = len(groups.rewards)
-        rewards = np.zeros(self.rows, np.float32)
-        rewards[:n] = groups.rewards
-        gids = np.full(self.rows, -1, np.int32)
-        gids[:n] = groups.group_ids
-        keep_rows = np.ones(self.rows, bool)
-        if self.alg.overlong_filter:
-            keep_rows[:n] = ~np.asarray(groups.truncated, bool)
-        paths = None
-        if self.alg.advantage == "tree":
-            paths = np.full((self.rows, self.run_.tree.max_depth), -1, np.int32)
-            for i, row in enumerate(groups.paths):
-                paths[i, :len(row)] = row
-        out = self._advantages(rewards, gids, seqs.valid, seqs.mask, old_logp, ref_logp,
-                               paths, np.int32(step), divergence, keep_rows)
-        return to_host(out)
-
-    def shape_rewards(self, groups: Groups) -> dict[str, float]:
-        """Adds DAPO's soft overlong penalty to the kept rewards (correctness unchanged);
-        returns its statistics and the overlong filter's."""
-        alg, out = self.alg, {}
-        if alg.overlong_buffer:
-            lengths = np.array([len(c) for c in groups.completions])
-            penalty = overlong.penalty(lengths, max_len=self.run_.completion_len,
-                                       buffer=alg.overlong_buffer, factor=alg.overlong_factor)
-            groups.rewards = [r + float(p) for r, p in zip(groups.rewards, penalty, strict=True)]
-            out = {"overlong/penalty_mean": float(penalty.mean()),
-                   "overlong/penalized_frac": float(np.mean(penalty < 0))}
-        if alg.overlong_filter:
-            out["overlong/filtered_frac"] = float(np.mean(groups.truncated))
-        return out
-
-    def reweight_metrics(self, seqs, grad_mask, weight, divergence) -> dict[str, float]:
-        """The reweighter's token weights over the kept rows' tokens: mean, and the
-        fraction it zeroes (delta_logp_mask); the mean JS when divergence_weighted uses it.
-        (FIPO's weights depend on π_θ: the learner logs them as learner/fipo_*.)"""
-        tokens = seqs.mask & seqs.valid[:, None]
-        if self.alg.reweight in (None, "fipo") or not tokens.any():
-            return {}
-        out = {"reweight/weight_mean": float(weight[tokens & grad_mask].mean())
-               if (tokens & grad_mask).any() else 0.0,
-               "reweight/zeroed_frac": float(np.mean((weight == 0)[tokens]))}
-        if divergence is not None:
-            out["reweight/js_mean"] = float(to_host(divergence)[tokens].mean())
-        return out
 
     # -- warnings -----------------------------------------------------------------------------
     def warn(self, text: str) -> None:
@@ -350,12 +249,12 @@ class Trainer:
         t_wait = time.perf_counter()
         finish_rewards()
         t_rewards = time.perf_counter()
-        shaping = self.shape_rewards(groups)
+        shaping = self.credit.shape_rewards(groups)
         old_logp = to_host(old_logp)  # gathered from every process (a collective)
         ref_logp = np.zeros_like(old_logp) if ref_logp is None else to_host(ref_logp)
         t2 = time.perf_counter()
-        adv, grad_mask, weight, kl_mean = self.advantages(groups, seqs, old_logp, ref_logp,
-                                                          step=step, divergence=divergence)
+        adv, grad_mask, weight, kl_mean = self.credit(groups, seqs, old_logp, ref_logp,
+                                                      step=step, divergence=divergence)
         if self.faults.poison(step):
             adv = np.where(grad_mask, np.float32("nan"), adv)
         update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
@@ -368,39 +267,29 @@ class Trainer:
         learner_metrics = to_host(learner_metrics)
         t3 = time.perf_counter()
 
-        real = np.asarray(groups.valid, bool)  # DARS pads its groups with invalid rows
-        n = int(real.sum())
-        rewards = np.asarray(groups.rewards, np.float32)[real]
-        correct = np.asarray(groups.correct, bool)[real]
-        lengths = (np.array([len(c) for c in groups.completions])[real] if n
-                   else np.zeros(1))
-        metrics = dict(stats) | shaping | self.reweight_metrics(seqs, grad_mask, weight,
-                                                               divergence)
-        metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
-        if self.alg.kl_in_reward and self.alg.kl_coef > 0:  # the loss has no KL term to log
-            metrics["kl/in_reward"] = float(kl_mean)
-            metrics["kl/reward_penalty"] = -self.alg.kl_coef * float(kl_mean)
-        for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
-            if f"learner/{key}" in metrics:
-                metrics[key] = metrics[f"learner/{key}"]
-        if "kl/in_reward" in metrics:
-            metrics["kl"] = metrics["kl/in_reward"]
+        metrics = (dict(stats) | shaping
+                   | self.credit.reweight_metrics(seqs, grad_mask, weight, divergence)
+                   | self.learner_metrics(learner_metrics, kl_mean)
+                   | batch_metrics(groups, adv, grad_mask))
         metrics.update({
-            "reward/mean": float(rewards.mean()) if n else 0.0,
-            "reward/std": float(rewards.std()) if n else 0.0,
-            "accuracy": float(np.mean(correct)) if n else 0.0,
-            "response_length/mean": float(lengths.mean()),
-            "response_length/max": int(lengths.max()),
-            "response_length/truncated_frac": (float(np.mean(np.asarray(groups.truncated)[real]))
-                                               if n else 0.0),
-            "batch/rows": n, "update/skipped": 0,
-            "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
             "time/reward_wait": t_rewards - t_wait,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
         self.check_progress(step, metrics)
         return metrics
+
+    def learner_metrics(self, learner_metrics: dict, kl_mean: float) -> dict[str, float]:
+        """The update's metrics as learner/*, the headline ones also without the prefix,
+        and the KL when it is in the reward (the loss then has no KL term to log)."""
+        out = {f"learner/{k}": float(v) for k, v in learner_metrics.items()}
+        for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
+            if f"learner/{key}" in out:
+                out[key] = out[f"learner/{key}"]
+        if self.alg.kl_in_reward and self.alg.kl_coef > 0:
+            out["kl"] = out["kl/in_reward"] = float(kl_mean)
+            out["kl/reward_penalty"] = -self.alg.kl_coef * float(kl_mean)
+        return out
 
     # -- the loop -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -434,3 +323,24 @@ class Trainer:
                             section=self.cfg.checkpoint, stream=self.warnings)
         finally:
             self.log.close()
+
+
+def batch_metrics(groups: Groups, adv: np.ndarray, grad_mask: np.ndarray) -> dict[str, float]:
+    """Rewards, accuracy and lengths of the step's real rows (DARS pads its groups with
+    invalid rows), and the mean |advantage| over the trained tokens."""
+    real = np.asarray(groups.valid, bool)
+    n = int(real.sum())
+    rewards = np.asarray(groups.rewards, np.float32)[real]
+    correct = np.asarray(groups.correct, bool)[real]
+    lengths = np.array([len(c) for c in groups.completions])[real] if n else np.zeros(1)
+    return {
+        "reward/mean": float(rewards.mean()) if n else 0.0,
+        "reward/std": float(rewards.std()) if n else 0.0,
+        "accuracy": float(np.mean(correct)) if n else 0.0,
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": int(lengths.max()),
+        "response_length/truncated_frac": (float(np.mean(np.asarray(groups.truncated)[real]))
+                                           if n else 0.0),
+        "batch/rows": n, "update/skipped": 0,
+        "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
+    }

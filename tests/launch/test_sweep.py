@@ -90,11 +90,15 @@ def test_a_killed_sweep_reruns_only_unfinished_runs_and_ends_the_same(tmp_path):
 def test_dry_run_prints_one_runnable_command_per_run(tmp_path):
     result = ok(sweep(tmp_path / "sweep", "--dry_run"))
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 2 and all(" -m launch.train " in line for line in lines)
+    assert len(lines) == 2 and all(line.startswith("python -m launch.train ") for line in lines)
+    # for another machine: its own `python`, the paths as given on the command line
+    assert not any(sys.executable in line or os.getcwd() + "/.venv" in line for line in lines)
     assert "--config.optim.lr=0.003" in lines[1] and "--config.seed=7" in lines[1]
+    shared = f"--config.sft.shared_dir={tmp_path / 'sweep' / 'warm_starts'}"
+    assert all(shared in line and "--config.checkpoint.keep=1" in line for line in lines)
     assert not (tmp_path / "sweep").exists()  # nothing ran, nothing was written
-    run = subprocess.run(shlex.split(lines[1]), cwd=ROOT, env=_env(), capture_output=True,
-                         text=True, timeout=600, check=False)
+    run = subprocess.run([sys.executable, *shlex.split(lines[1])[1:]], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "heldout_accuracy:" in run.stdout
     records = logs.metric_records(logs.read(tmp_path / "sweep" / "runs" / "fast-s7" /
@@ -138,8 +142,8 @@ def test_run_numbers_from_metrics():
     assert got == {"steps": 2, "heldout_start": 0.1, "heldout_final": 0.6,
                    "heldout_gain": pytest.approx(0.5), "heldout_best": 0.6,
                    "reward_last10": pytest.approx(0.6), "steps_to_target": 2,
-                   "tokens_to_target": 175.0, "wall_to_target_s": 3.5, "rollout_tokens": 175.0,
-                   "rollouts": 16, "wall_s": 3.5}
+                   "tokens_to_target": 175.0, "step_to_target_s": 3.5, "rollout_tokens": 175.0,
+                   "rollouts": 16, "step_s": 3.5}
     assert sweeps.run_numbers(records, target=0.9)["steps_to_target"] is None
     # METRICS: the mean over the RL steps that logged the key; None when none did
     got = sweeps.run_numbers(records, target=0.5, metrics=("reward/mean", "learner/nope"))

@@ -4,15 +4,15 @@ outputs. The parameters cell is swapped for a quick version: an 8-step warm star
 
 import base64
 import os
+import subprocess
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "delta_logp.ipynb")
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_notebook_runs_and_draws(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -51,3 +51,29 @@ def test_notebook_runs_and_draws(tmp_path):
     for name in ("distributions", "positions", "budget", "gamma", "report"):
         ext = "html" if name == "report" else "png"
         assert os.path.isfile(tmp_path / "run" / "analysis" / f"{name}.{ext}")
+
+
+def _colab_install_cell():
+    """The notebook's Colab install cell, run outside Colab: it only defines its helper."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (cell,) = [c for c in nb.cells if "colab-install" in c.metadata.get("tags", [])]
+    namespace: dict = {}
+    exec(compile(cell.source, "colab-install", "exec"), namespace)  # noqa: S102 - our notebook
+    return namespace
+
+
+def test_the_colab_cell_installs_from_an_archive_or_a_clone_of_the_checkout(tmp_path):
+    """The two ways the cell tells Colab users to bring the project: an uploaded `git
+    archive` of their checkout, or a clone of their own copy (here: this repository)."""
+    locate = _colab_install_cell()["locate_checkout"]
+    archive = tmp_path / "rlvr-jax.zip"
+    subprocess.run(["git", "archive", "-o", str(archive), "HEAD"], cwd=ROOT, check=True)
+    unpacked = locate(str(archive), "", str(tmp_path / "from_zip"))
+    cloned = locate(str(tmp_path / "absent.zip"), ROOT, str(tmp_path / "from_git"))
+    for root in (unpacked, cloned):
+        assert os.path.isfile(os.path.join(root, "setup.py"))
+        assert os.path.isfile(os.path.join(root, "notebooks", "delta_logp.ipynb"))
+    assert locate(str(tmp_path / "absent.zip"), "", unpacked) == unpacked  # already there
+    with pytest.raises(FileNotFoundError, match="upload absent.zip"):
+        locate(str(tmp_path / "absent.zip"), "", str(tmp_path / "nothing"))

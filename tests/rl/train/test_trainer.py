@@ -6,7 +6,6 @@ import io
 import itertools
 import json
 import os
-import types
 
 import jax
 import numpy as np
@@ -17,6 +16,7 @@ from rl.algorithms import advantages as adv_lib
 from rl.algorithms import algorithm as algorithm_lib
 from rl.train import batch as batch_lib
 from rl.train import build, evaluation, logs, sft
+from rl.train.credit import Credit
 from rl.train.trainer import Trainer
 from tests.rl.fault_config import very_small
 
@@ -273,14 +273,13 @@ def test_tree_sampler_with_tree_advantage_and_kl_in_reward(tmp_path):
         assert np.isfinite(step["learner/loss"]) and np.isfinite(step["advantage/abs_mean"])
 
 
-def tree_kl_kernel(coef):
-    """Trainer.advantage_kernel, jitted as the trainer does, for a tree run with the
-    k1 KL penalty in the reward (the kernel reads only `self.alg`)."""
+def tree_kl_kernel(coef, rows=8, completion_len=5):
+    """The step's advantage kernel (rl.train.credit), jitted as the trainer does, for a
+    tree run with the k1 KL penalty in the reward."""
     rl = base.rl_section()
     rl.advantage.name, rl.reward.name = "tree", "countdown"
     rl.kl.kind, rl.kl.coef, rl.kl.in_reward = "k1", coef, True
-    owner = types.SimpleNamespace(alg=algorithm_lib.from_config(rl))
-    return jax.jit(functools.partial(Trainer.advantage_kernel, owner))
+    return jax.jit(Credit(algorithm_lib.from_config(rl), None, rows, completion_len).kernel)
 
 
 def test_advantage_kernel_tree_with_kl_in_reward():
@@ -294,7 +293,7 @@ def test_advantage_kernel_tree_with_kl_in_reward():
     mask = (np.arange(c)[None] < np.array([5, 3, 1, 4, 2, 5, 0, 0])[:, None]) & valid[:, None]
     old_logp = -rng.random((rows, c)).astype(np.float32)
     ref_logp = -rng.random((rows, c)).astype(np.float32)
-    adv, grad_mask, weight = tree_kl_kernel(coef=coef)(
+    adv, grad_mask, weight, kl_mean = tree_kl_kernel(coef=coef)(
         rewards, gids, valid, mask, old_logp, ref_logp, paths, np.int32(1), None,
         np.ones(rows, bool))
     np.testing.assert_array_equal(weight, 1.0)  # no reweighter
@@ -310,6 +309,8 @@ def test_advantage_kernel_tree_with_kl_in_reward():
     assert adv.shape == grad_mask.shape == (rows, c)
     np.testing.assert_array_equal(grad_mask, mask)
     np.testing.assert_allclose(adv, want, atol=1e-5)
+    # the logged KL: the k1 estimate (old - ref) averaged over the valid rows' tokens
+    np.testing.assert_allclose(kl_mean, (old_logp - ref_logp)[mask].mean(), rtol=1e-5)
 
 
 @pytest.mark.slow
