@@ -8,11 +8,15 @@ import os
 
 from configs.base import CPU_XLA_FLAGS  # no jax import: safe before XLA_FLAGS is set
 
-# the launch/ entry points' CPU flags (compile ~25% faster at equal speed); a machine
-# whose environment already sets XLA_FLAGS keeps them, with the 8 devices added
+# the launch/ entry points' CPU flags (compile ~25% faster at equal speed), and LLVM's
+# code generation at -O0: the suite's programs are tiny and compiling them is most of its
+# time (a tiny model's gradient compiles in 2.4 s instead of 4.3 s); XLA's own HLO passes,
+# which decide what is computed and in which order, are the same. A machine whose
+# environment already sets XLA_FLAGS keeps them, with the 8 devices added.
 _DEVICES = "--xla_force_host_platform_device_count"
+_TEST_FLAGS = "--xla_backend_optimization_level=0"
 if "XLA_FLAGS" not in os.environ:
-    os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {CPU_XLA_FLAGS}"
+    os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {CPU_XLA_FLAGS} {_TEST_FLAGS}"
 elif _DEVICES not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {os.environ['XLA_FLAGS']}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,3 +38,22 @@ def _release_compiled_programs():
     ended with XLA's compiler crashing late in a worker's life."""
     yield
     jax.clear_caches()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_compilation_cache(tmp_path_factory):
+    """JAX's persistent compilation cache in one directory for the whole session, shared
+    by the xdist workers (their base temp directories' parent; pytest keeps the last
+    three sessions' and removes older ones). Many tests compile the same small programs
+    (every trainer test's sampler, reference and eval), and the modules' cleanup above
+    drops them from memory: the second compile of a program is then a file read. A
+    fresh session starts empty, as CI does; launch/ subprocesses use their own cache
+    (`config.compilation_cache`)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = shared / "xla_cache"
+    path.mkdir(exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    yield

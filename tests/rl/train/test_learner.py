@@ -49,26 +49,41 @@ def make_algorithm(**overrides):
     return algorithm_lib.from_config(rl)
 
 
-def reference_logprobs(params, batch, temperature):
-    """Unshared reference: each row's own prompt + completion through `models.apply`."""
+def padded_rows(batch):
+    """Each row's own prompt + completion, right-padded to one width [N, W], and the
+    positions that predict its completion tokens [N, C]."""
     n, c = batch["completion"].shape
     g = n // len(batch["prompts"])
-    logps, entropies = [], []
+    rows = np.zeros((n, batch["prompts"].shape[1] + c), np.int32)
+    starts = np.zeros(n, np.int32)
     for r in range(n):
         p = batch["prompt_lens"][r // g]
-        row = np.concatenate([batch["prompts"][r // g, :p], batch["completion"][r]])
-        logits = models.apply(CONFIG, params, jnp.asarray(row[None]))[0] / temperature
-        lp = jax.nn.log_softmax(logits, -1)[p - 1:p - 1 + c]
-        logps.append(jnp.take_along_axis(lp, jnp.asarray(row[p:p + c])[:, None], -1)[:, 0])
-        entropies.append(-jnp.sum(jnp.exp(lp) * lp, -1))
-    return jnp.stack(logps), jnp.stack(entropies)
+        rows[r, :p + c] = np.concatenate([batch["prompts"][r // g, :p], batch["completion"][r]])
+        starts[r] = p - 1
+    return rows, starts[:, None] + np.arange(c)[None]
+
+
+def reference_logprobs(params, batch, temperature):
+    """Unshared reference: every row through `models.apply` on its own tokens (causal:
+    the padding after a row changes none of them). [N, C] log-probs of the completion
+    tokens and entropies."""
+    rows, at = padded_rows(batch)
+    logits = _apply(CONFIG, params, jnp.asarray(rows)) / temperature
+    lp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), jnp.asarray(at)[..., None], 1)
+    logp = jnp.take_along_axis(lp, jnp.asarray(batch["completion"])[..., None], -1)[..., 0]
+    return logp, -jnp.sum(jnp.exp(lp) * lp, -1)
+
+
+_apply = jax.jit(models.apply, static_argnums=0)
+_token_logprobs = jax.jit(learner_lib.token_logprobs, static_argnums=0,
+                          static_argnames=("temperature", "logits_chunk"))
 
 
 @pytest.mark.parametrize("chunk,group", [(8, 2), (4, 1), (2, 4), (8, 8)])
 def test_token_logprobs_match_full_softmax(chunk, group):
     params = models.init(CONFIG, jax.random.key(0))
     batch = make_batch(group=group)
-    logp, entropy = learner_lib.token_logprobs(
+    logp, entropy = _token_logprobs(
         CONFIG, params, jnp.asarray(batch["prompts"]), jnp.asarray(batch["prompt_lens"]),
         jnp.asarray(batch["completion"]), temperature=0.7, logits_chunk=chunk)
     ref_logp, ref_entropy = reference_logprobs(params, batch, 0.7)
@@ -88,16 +103,12 @@ def test_token_js_matches_full_vocabulary_reference(chunk):
         CONFIG, params_a, params_b, jnp.asarray(batch["prompts"]),
         jnp.asarray(batch["prompt_lens"]), jnp.asarray(batch["completion"]),
         temperature=0.7, logits_chunk=chunk)
-    n, c = batch["completion"].shape
-    g = n // len(batch["prompts"])
-    want = np.zeros((n, c))
-    for r in range(n):  # each row alone through models.apply, JS in float64 NumPy
-        p = batch["prompt_lens"][r // g]
-        row = jnp.asarray(np.concatenate([batch["prompts"][r // g, :p], batch["completion"][r]]))
-        pa, pb = (np.asarray(jax.nn.softmax(models.apply(CONFIG, w, row[None])[0] / 0.7, -1),
-                             np.float64)[p - 1:p - 1 + c] for w in (params_a, params_b))
-        m = (pa + pb) / 2
-        want[r] = 0.5 * (pa * np.log(pa / m)).sum(-1) + 0.5 * (pb * np.log(pb / m)).sum(-1)
+    rows, at = padded_rows(batch)  # each row on its own through models.apply
+    pa, pb = (np.take_along_axis(np.asarray(jax.nn.softmax(
+        _apply(CONFIG, w, jnp.asarray(rows)) / 0.7, -1), np.float64), at[..., None], 1)
+        for w in (params_a, params_b))
+    m = (pa + pb) / 2  # JS in float64 NumPy
+    want = 0.5 * (pa * np.log(pa / m)).sum(-1) + 0.5 * (pb * np.log(pb / m)).sum(-1)
     assert want.max() > 1e-3  # two different random models: a real divergence to match
     # the logits come out of another summation order (~1e-6 relative, fp32) and JS moves
     # by at most the probability change per unit logit change: rtol 1e-4 bounds it with
@@ -114,12 +125,12 @@ def test_chunked_gradient_equals_unchunked():
     batch = {k: jnp.asarray(v) for k, v in make_batch().items()}
 
     def total(p, chunk):
-        logp, ent = learner_lib.token_logprobs(CONFIG, p, batch["prompts"], batch["prompt_lens"],
-                                               batch["completion"], logits_chunk=chunk)
+        logp, ent = _token_logprobs(CONFIG, p, batch["prompts"], batch["prompt_lens"],
+                                    batch["completion"], logits_chunk=chunk)
         return jnp.sum(jnp.where(batch["mask"], logp + 0.1 * ent, 0.0))
 
-    g8 = jax.grad(total)(params, 8)
-    g2 = jax.grad(total)(params, 2)
+    grad = jax.jit(jax.grad(total), static_argnums=1)
+    g8, g2 = grad(params, 8), grad(params, 2)
     # chunking reorders sums; longest: mlp_dim, vocab_size, or the tokens a grad sums over
     n = max(CONFIG.mlp_dim, CONFIG.vocab_size, batch["prompts"].size + batch["completion"].size)
     for a, b in zip(jax.tree.leaves(g8), jax.tree.leaves(g2)):
@@ -144,9 +155,8 @@ def test_padded_chunks_equal_one_chunk(c, chunk):
     batch = {key: jnp.asarray(v) for key, v in make_batch(c=c, seed=c).items()}
 
     def stats(p, chunk):
-        return learner_lib.token_logprobs(CONFIG, p, batch["prompts"], batch["prompt_lens"],
-                                          batch["completion"], temperature=0.8,
-                                          logits_chunk=chunk)
+        return _token_logprobs(CONFIG, p, batch["prompts"], batch["prompt_lens"],
+                               batch["completion"], temperature=0.8, logits_chunk=chunk)
 
     def total(p, chunk):
         logp, ent = stats(p, chunk)
@@ -160,7 +170,8 @@ def test_padded_chunks_equal_one_chunk(c, chunk):
     np.testing.assert_allclose(logp, one_logp, atol=fp32_atol(one_logp, n), rtol=0)
     np.testing.assert_allclose(ent, one_ent, atol=fp32_atol(one_ent, n), rtol=0)
     n = max(n, batch["prompts"].size + batch["completion"].size)
-    grads, one = jax.grad(total)(params, chunk), jax.grad(total)(params, c)
+    grad = jax.jit(jax.grad(total), static_argnums=1)
+    grads, one = grad(params, chunk), grad(params, c)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(one)):
         assert np.all(np.isfinite(a))
         np.testing.assert_allclose(a, b, atol=fp32_atol(b, n), rtol=0)
@@ -181,7 +192,7 @@ def test_train_step_equals_hand_written_update():
                               batch["mask"], eps_high=0.28, ref_logp=batch["ref_logp"],
                               kl_coef=0.04, kl_kind="k3")[0]
 
-    loss, grads = jax.value_and_grad(loss_fn)(params)
+    loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
     expected_opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
         1e-3, weight_decay=0.1, mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)))
     updates, _ = expected_opt.update(grads, expected_opt.init(params), params)
@@ -283,7 +294,17 @@ def test_schedules_and_bad_options():
         learner.place(bad)
 
 
-def test_second_train_step_reuses_the_first_compile():
+@pytest.fixture
+def no_persistent_cache():
+    """Off the persistent compilation cache (tests/conftest.py) for one test: a program
+    loaded from it is not compiled, so a recompile that hit it would not be counted."""
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+
+
+def test_second_train_step_reuses_the_first_compile(no_persistent_cache):
     mesh = sharding.make_mesh((1, 1, 1), devices=jax.devices()[:1])
     act = sharding.ActivationSharding(mesh, sharding.make_rules())
     learner = learner_lib.Learner(CONFIG, make_algorithm(),
