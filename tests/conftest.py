@@ -7,16 +7,14 @@ collection time. Single-device tests simply use device 0.
 import os
 
 from configs.base import CPU_XLA_FLAGS  # no jax import: safe before XLA_FLAGS is set
+from tests.subprocess_env import TEST_XLA_FLAGS
 
-# the launch/ entry points' CPU flags (compile ~25% faster at equal speed), and LLVM's
-# code generation at -O0: the suite's programs are tiny and compiling them is most of its
-# time (a tiny model's gradient compiles in 2.4 s instead of 4.3 s); XLA's own HLO passes,
-# which decide what is computed and in which order, are the same. A machine whose
-# environment already sets XLA_FLAGS keeps them, with the 8 devices added.
+# the launch/ entry points' CPU flags (compile ~25% faster at equal speed) and the suite's
+# (tests/subprocess_env.py: LLVM at -O0); a machine whose environment already sets
+# XLA_FLAGS keeps them, with the 8 devices added
 _DEVICES = "--xla_force_host_platform_device_count"
-_TEST_FLAGS = "--xla_backend_optimization_level=0"
 if "XLA_FLAGS" not in os.environ:
-    os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {CPU_XLA_FLAGS} {_TEST_FLAGS}"
+    os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {CPU_XLA_FLAGS} {TEST_XLA_FLAGS}"
 elif _DEVICES not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] = f"{_DEVICES}=8 {os.environ['XLA_FLAGS']}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

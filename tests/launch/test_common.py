@@ -6,12 +6,13 @@ import sys
 
 import pytest
 
+from tests import subprocess_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _demo(*args, timeout=300):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env.env()
     return subprocess.run([sys.executable, "-m", "launch.smoke", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -25,6 +25,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from rl.train import logs
+from tests import subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
@@ -34,8 +35,7 @@ pytestmark = pytest.mark.slow
 
 
 def _env(devices: int) -> dict:
-    return dict(os.environ, JAX_PLATFORMS="cpu",
-                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    return subprocess_env.env(devices=devices)
 
 
 def _free_port() -> int:

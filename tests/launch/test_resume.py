@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from rl.train import logs
-from tests import tensorboard_events
+from tests import subprocess_env, tensorboard_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "rl", "fault_config.py")
@@ -31,9 +31,8 @@ pytestmark = pytest.mark.slow
 
 
 def launch(module, *args, timeout=600):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+                          env=subprocess_env.env(devices=2),
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

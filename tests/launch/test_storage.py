@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from rl.checkpoint import persistent
+from tests import subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "rl", "fault_config.py")
@@ -38,8 +39,7 @@ def test_a_full_disk_stops_the_run_in_one_line(tmp_path):
     run = (f"mount -t tmpfs -o size=1536k tmpfs {mount} && exec {sys.executable} -m "
            f"launch.train --config={CONFIG} --workdir={mount}/run --config.train.steps=3 "
            "--config.checkpoint.every=1 --config.checkpoint.keep=3 --config.train.plot=False")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env.env()
     result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
                              run], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=600, check=False)

@@ -17,6 +17,7 @@ import pytest
 import configs
 from rl import sweeps
 from rl.train import logs
+from tests import subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "sweep_config.py")
@@ -25,9 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def _env() -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return env
+    return subprocess_env.env()
 
 
 def sweep(workdir, *args, timeout=600) -> subprocess.CompletedProcess:

@@ -7,12 +7,13 @@ import sys
 
 import pytest
 
+from tests import subprocess_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _launch(module, *args, timeout=120):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env.env()
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -84,11 +85,12 @@ def test_help_lists_the_flags(module):
 def test_a_signal_checkpoints_the_warm_start_and_a_rerun_resumes_it(tmp_path, sig, code):
     """The demo config, signalled from outside during its supervised warm start: the
     step ends, a checkpoint is written, exit status 0 (SIGTERM) / 130 (Ctrl-C)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env.env()
     logs_off = ["--config.train.tensorboard=False", "--config.train.plot=False"]
+    small_eval = ["--config.eval.size=4", "--config.eval.n=2", "--config.eval.k=1,2",
+                  "--config.train.eval_every=0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "launch.train", f"--workdir={tmp_path}", *logs_off],
+        [sys.executable, "-m", "launch.train", f"--workdir={tmp_path}", *logs_off, *small_eval],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:  # signal once the warm start is inside its steps
@@ -106,8 +108,6 @@ def test_a_signal_checkpoints_the_warm_start_and_a_rerun_resumes_it(tmp_path, si
     step = int(last.split(" of step ")[1].split()[0])
     assert os.path.isdir(tmp_path / "sft_checkpoints" / str(step))
     if sig == signal.SIGTERM:  # resume: one more warm-start step, then one RL step
-        small_eval = ["--config.eval.size=4", "--config.eval.n=2", "--config.eval.k=1,2",
-                      "--config.train.eval_every=0"]
         again = _launch("launch.train", f"--workdir={tmp_path}", *logs_off, *small_eval,
                         f"--config.sft.steps={step + 1}", "--config.train.steps=1",
                         timeout=600)
