@@ -128,9 +128,10 @@ def test_sharded_pool_splits_kv_heads(tiny):
     assert shard.shape[2] * 2 == cache.k.shape[2]
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama"])
-def test_page_attention_equals_the_dense_view_decode(family):
-    config = models.get_preset("tiny").replace(num_layers=2, family=family)
+def test_page_attention_equals_the_dense_view_decode():
+    # one family: the families differ before attention (biases, q/k norms, RoPE
+    # scaling), and page attention and the dense view take the same q, k, v
+    config = models.get_preset("tiny").replace(num_layers=2, family="qwen3")
     params = models.init(config, jax.random.key(3))
     prompts = _prompts(4, [7, 20, 7], config.vocab_size)  # two equal prompts share a group
     kwargs = dict(page_size=4, segment_len=8)
