@@ -35,12 +35,9 @@ checkpoint and fault sections).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
-import logging
 import os
-import shutil
 import sys
 import time
 from typing import Any
@@ -51,6 +48,16 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from models import multihost
+from rl.checkpoint.storage import (
+    SPACE_MARGIN,
+    CheckpointError,
+    WriteError,
+    free_bytes,
+    one_line,
+    quiet_orbax,
+    size_text,
+    storage_problem,
+)
 
 FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
 READABLE_FORMATS = (1, 2)
@@ -63,67 +70,6 @@ RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export
              "sft.eval_every", "sft.shared_dir", "mesh.", "checkpoint.", "fault.",
              "compilation_cache",
              "rl.reference.offload", "cpu_xla_flags")
-
-
-class CheckpointError(Exception):
-    """No usable checkpoint where one was expected, or one this run cannot resume."""
-
-
-class WriteError(CheckpointError):
-    """A checkpoint could not be written (a full disk, a read-only or vanished directory):
-    the run stops, with the cause on one line."""
-
-
-# what a failed write's cause says when the storage is at fault
-_STORAGE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-            errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-            errno.EPERM: "operation not permitted", errno.ENOENT: "no such file or directory"}
-
-
-def storage_problem(error: BaseException) -> str | None:
-    """The storage cause anywhere in an exception's chain (an OSError's errno, or the text
-    a C++ library such as TensorStore puts in its message), None when there is none."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in _STORAGE:
-            return _STORAGE[error.errno]
-        text = str(error).lower()
-        for cause in _STORAGE.values():
-            if cause in text:
-                return cause
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def one_line(error: BaseException, limit: int = 160) -> str:
-    """`Type: first line of the message`, cut at a word boundary to about `limit`
-    characters (library errors span pages)."""
-    lines = str(error).strip().splitlines()
-    text = " ".join(lines[0].split()) if lines else ""
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " …"
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-class _QuietOrbax(logging.Filter):
-    """Drops Orbax's log records below CRITICAL: it logs every save and restore at INFO
-    through absl, and a failed write at ERROR from each of its threads, with pages of
-    tracebacks; a run prints its own lines, and a failed write surfaces as one
-    `WriteError`. Other absl records pass."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.CRITICAL or "orbax" not in record.pathname
-
-
-_FILTER = _QuietOrbax()
-SPACE_MARGIN = 1.1, 1 << 18  # a checkpoint needs its arrays' bytes × 1.1 + 256 KiB free
-
-
-def _quiet_orbax() -> None:
-    logger = logging.getLogger("absl")
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
 
 
 # -- arrays -----------------------------------------------------------------------------------
@@ -241,7 +187,7 @@ class Checkpoints:
 
     def __init__(self, directory: str, *, config=None, run_config=None, keep: int = 3,
                  asynchronous: bool = True, stream=None, read_only: bool = False):
-        _quiet_orbax()
+        quiet_orbax()
         self.ocp, self.directory = ocp, os.path.abspath(directory)
         self.config = config_dict(config) if config is not None else None
         self.run_config = config_dict(run_config) if run_config is not None else self.config
@@ -292,11 +238,11 @@ class Checkpoints:
         need = sum(sum(s.data.nbytes for s in x.addressable_shards)
                    for x in jax.tree.leaves(state)) + sum(a.nbytes for a in arrays.values())
         need = int(need * SPACE_MARGIN[0]) + SPACE_MARGIN[1]
-        free = _free_bytes(self.directory)
+        free = free_bytes(self.directory)
         if free is not None and free < need:
             raise WriteError(
                 f"cannot write checkpoint step {step} in {self.directory}: it needs about "
-                f"{_size(need)} and the disk has {_size(free)} free (older checkpoints are "
+                f"{size_text(need)} and the disk has {size_text(free)} free (older checkpoints are "
                 "deleted only once a new one is complete: checkpoint.keep counts them)")
 
     @contextlib.contextmanager
@@ -309,9 +255,9 @@ class Checkpoints:
             raise
         except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise many kinds
             cause = storage_problem(e) or one_line(e)
-            free = _free_bytes(self.directory)
+            free = free_bytes(self.directory)
             raise WriteError(f"cannot write checkpoint {what} in {self.directory}: {cause}"
-                             + (f" ({_size(free)} free)" if free is not None else "")) from e
+                             + (f" ({size_text(free)} free)" if free is not None else "")) from e
 
     def meta(self, step: int) -> dict:
         return self.manager.restore(step, args=self.ocp.args.Composite(
@@ -392,21 +338,6 @@ class Checkpoints:
                 self.manager.wait_until_finished()
         finally:
             self.manager.close()
-
-
-def _free_bytes(directory: str) -> int | None:
-    """Free bytes of the file system holding `directory` (None when unknown)."""
-    path = directory
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        return shutil.disk_usage(path or ".").free
-    except OSError:
-        return None
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
 def incomplete_steps(directory: str) -> list[str]:
