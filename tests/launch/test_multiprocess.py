@@ -53,8 +53,10 @@ def _check(result) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
 
-def one_process(variant: str, workdir) -> subprocess.CompletedProcess:
-    result = subprocess.run(_command(variant, workdir), cwd=ROOT, env=_env(8),
+def one_process(variant: str, workdir, *args: str, devices: int = 8
+                ) -> subprocess.CompletedProcess:
+    result = subprocess.run(_command(variant, workdir) + list(args), cwd=ROOT,
+                            env=_env(devices),
                             capture_output=True, text=True, timeout=600, check=False)
     _check(result)
     return result

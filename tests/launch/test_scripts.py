@@ -19,6 +19,9 @@ import sys
 
 import pytest
 
+from launch.distributed import initialize_kwargs
+from tests.launch import slurm_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TPU_POD = os.path.join(ROOT, "launch", "tpu_pod.sh")
 SLURM_GPU = os.path.join(ROOT, "launch", "slurm_gpu.sh")
@@ -294,3 +297,30 @@ def test_slurm_gpu_dry_run_prints_the_command(fake, job_id, program):
     # the printed line is the call a real run makes
     assert fake(shutil.which("bash"), "-c", line, **env)[1] == fake(
         SLURM_GPU, *SLURM_OPTIONS, "--", *PRINT_ARGS, **env)[1]
+
+
+def _flags(line: str) -> dict[str, str]:
+    """The --name=value options of a printed sbatch / srun command, before the program."""
+    flags = {}
+    for word in shlex.split(line)[1:]:
+        if not word.startswith("--"):
+            break
+        name, _, value = word[2:].partition("=")
+        flags[name] = value
+    return flags
+
+
+def test_slurm_gpu_runs_one_process_per_node_that_gets_all_its_gpus(fake):
+    """The design (docs/scaling.md, "Launchers"): the job asks for G GPUs on each node and
+    one task per node, the step runs one task per node asking for no GPUs of its own
+    (srun's default then gives it all the job's GPUs on its node), and each such task's
+    environment makes launch/distributed.py pass JAX all G of them."""
+    submit = fake(SLURM_GPU, *SLURM_OPTIONS, "--dry-run", "--", *PRINT_ARGS)[0].stdout
+    step = fake(SLURM_GPU, *SLURM_OPTIONS, "--dry-run", "--", *PRINT_ARGS,
+                SLURM_JOB_ID="7")[0].stdout
+    sbatch, srun = _flags(submit), _flags(step)
+    assert (sbatch["nodes"], sbatch["ntasks-per-node"], sbatch["gpus-per-node"]) == ("4", "1", "2")
+    assert srun["ntasks-per-node"] == "1"
+    assert not {"gpus", "gpus-per-task", "gpus-per-node", "gres", "gpu-bind"} & set(srun)
+    tasks = slurm_env.job(nodes=4, gpus=2, tasks_per_node=1)
+    assert [initialize_kwargs(env) for env in tasks] == [{"local_device_ids": [0, 1]}] * 4
