@@ -20,7 +20,7 @@
 # The workdir is on object storage by default: TPU VMs have no shared disk, and
 # every worker must write into and resume from the same checkpoints (a local path
 # would give each worker its own copy, and a restarted pod could not resume). A
-# launch.train / launch.sft / launch.sweep command without --workdir gets
+# launch.train or launch.sft command without --workdir gets
 # --workdir=gs://BUCKET/RUN_ID (--bucket); one with a local --workdir is refused
 # unless --shared-disk says that path is a disk every worker mounts. To resume a
 # run whose workdir came from --bucket, rerun with the same TPU_POD_RUN_ID.
@@ -33,11 +33,11 @@
 #                   relative paths are relative to the remote home)
 #   --setup         first run SETUP_CMD in REPO on every worker       TPU_POD_SETUP=1
 #                   (default: python3 -m venv .venv && .venv/bin/pip install -U pip
-#                   && .venv/bin/pip install -e ".[tpu]")
+#                   && .venv/bin/pip install -e ".[tpu,gcs]")
 #   --logs DIR      local directory the logs are collected in, as      TPU_POD_LOGS
 #                   DIR/RUN_ID/worker-*.log (default logs)
 #   --bucket NAME   the default workdir gs://NAME/RUN_ID for a         TPU_POD_BUCKET
-#                   launch.train/sft/sweep command without --workdir
+#                   launch.train or launch.sft command without --workdir
 #   --shared-disk   accept a local --workdir (a disk mounted on   TPU_POD_SHARED_DISK=1
 #                   every worker, e.g. Filestore)
 #   --dry-run       print the gcloud commands instead of running them TPU_POD_DRY_RUN=1
@@ -106,7 +106,7 @@ bucket=${TPU_POD_BUCKET:-}
 shared_disk=${TPU_POD_SHARED_DISK:-0}
 dry_run=${TPU_POD_DRY_RUN:-0}
 run_id=${TPU_POD_RUN_ID:-tpu_pod-$(date -u +%Y%m%d-%H%M%S)}
-SETUP_CMD=${SETUP_CMD:-'python3 -m venv .venv && .venv/bin/pip install -U pip && .venv/bin/pip install -e ".[tpu]"'}
+SETUP_CMD=${SETUP_CMD:-'python3 -m venv .venv && .venv/bin/pip install -U pip && .venv/bin/pip install -e ".[tpu,gcs]"'}
 
 value() {  # the value of option $1 (given as $2, the rest of the command line)
   [[ $# -ge 2 && -n $2 && $2 != --* ]] || die "$1 needs a value"
@@ -152,7 +152,7 @@ logs=${logs:-logs}
 # A run's workdir: on object storage (see the header), gs://BUCKET/RUN_ID by default.
 entry=0 workdir="" prev=""
 for word in "$@"; do
-  [[ $prev != -m || ! $word =~ ^launch\.(train|sft|sweep)$ ]] || entry=1
+  [[ $prev != -m || ! $word =~ ^launch\.(train|sft)$ ]] || entry=1
   [[ $prev != --workdir ]] || workdir=$word
   [[ $word != --workdir=* ]] || workdir=${word#--workdir=}
   prev=$word

@@ -30,6 +30,8 @@ from tests.launch.test_resume import (  # noqa: F401 - `straight` is a fixture
 )
 from tests.storage_emulator import BUCKET
 
+SWEEP = os.path.join(ROOT, "tests", "launch", "sweep_config.py")
+
 pytestmark = pytest.mark.slow
 
 
@@ -88,3 +90,19 @@ def test_a_workdir_that_cannot_be_written_fails_before_compute(gcs):
         "error: cannot write in --workdir gs://no-such-bucket/run: FileNotFoundError"), errors
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "model:" not in result.stdout  # nothing was built
+
+
+@pytest.mark.parametrize("module,args,message", [
+    ("launch.train", [f"--config={CONFIG}", f"--workdir=gs://{BUCKET}/shared",
+                      f"--config.sft.shared_dir=gs://{BUCKET}/warm_starts"],
+     f"sft.shared_dir=gs://{BUCKET}/warm_starts is on object storage, which has no file locks"),
+    ("launch.sweep", [f"--config={SWEEP}", f"--workdir=gs://{BUCKET}/sweep"],
+     f"--workdir gs://{BUCKET}/sweep: a sweep's workdir must be a local (or shared-disk) "
+     "folder"),
+])
+def test_what_needs_a_local_folder_says_so_before_compute(gcs, module, args, message):
+    """Shared warm starts need file locks, a sweep's runs need pipes to their logs."""
+    result = launch(gcs, module, *args)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {message}"), result.stderr
+    assert "model:" not in result.stdout

@@ -236,7 +236,7 @@ def test_tpu_pod_dry_run_prints_the_gcloud_commands(fake):
     assert result.returncode == 0 and calls == [], result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("gcloud compute tpus tpu-vm ") for line in lines)
-    assert '.venv/bin/pip install -e ".[tpu]"' in lines[0]  # the default SETUP_CMD
+    assert '.venv/bin/pip install -e ".[tpu,gcs]"' in lines[0]  # the default SETUP_CMD
     assert not (fake.tmp / "logs").exists()
     # the printed lines are the calls a real run makes, quoted for a shell
     printed = [fake(shutil.which("bash"), "-c", line)[1][0] for line in lines]
@@ -245,7 +245,7 @@ def test_tpu_pod_dry_run_prints_the_gcloud_commands(fake):
     flags = ("--zone=z", "--project=my project")
     user_cmd = _quote(".venv/bin/python", *PRINT_ARGS[1:])
     setup = ('python3 -m venv .venv && .venv/bin/pip install -U pip && '
-             '.venv/bin/pip install -e ".[tpu]"')
+             '.venv/bin/pip install -e ".[tpu,gcs]"')
     assert real == _tpu_calls("logs", setup, user_cmd, flags)
 
 
