@@ -62,6 +62,7 @@ FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
 READABLE_FORMATS = (1, 2)
 ARRAY_KEY = "__array__"
 TMP_MARKER = ".orbax-checkpoint-tmp"
+COMMIT_MARKER = "commit_success.txt"  # a finished step on object storage (no renames there)
 # Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
 # optimizer, seed, ...) must equal the checkpoint's.
 RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export_every",
@@ -340,10 +341,15 @@ class Checkpoints:
 
 
 def incomplete_steps(directory: str) -> list[str]:
-    """Step directories Orbax left unfinished (a process killed mid-write)."""
+    """Step directories Orbax left unfinished (a process killed mid-write): temporary
+    ones, or on object storage steps without their commit marker."""
     if not paths.isdir(directory):
         return []
-    return sorted(paths.join(directory, n) for n in paths.listdir(directory) if TMP_MARKER in n)
+    names = paths.listdir(directory)
+    if paths.is_remote(directory):
+        return sorted(paths.join(directory, n) for n in names if n.isdigit()
+                      and not paths.exists(paths.join(directory, n, COMMIT_MARKER)))
+    return sorted(paths.join(directory, n) for n in names if TMP_MARKER in n)
 
 
 def check_resume(directory: str, cfg) -> dict | None:

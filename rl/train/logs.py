@@ -72,12 +72,11 @@ class RunLog:
         self.tb_dir = paths.join(workdir, "tensorboard", name)
         self.path = paths.join(workdir, "metrics.jsonl" if name == "train"
                                else f"{name}_metrics.jsonl")
-        # where the files are written: here, or a local folder uploaded after each write
-        self.stage = (tempfile.mkdtemp(prefix="runlog.")
-                      if self.primary and paths.is_remote(workdir) else None)
-        self.local_path, self.local_tb = ((self.path, self.tb_dir) if self.stage is None else
-                                          (os.path.join(self.stage, "metrics.jsonl"),
-                                           os.path.join(self.stage, "tensorboard")))
+        # where the files are written: here, or (object storage) a local folder made by
+        # rewind() and uploaded after each write
+        self.remote, self.stage = self.primary and paths.is_remote(workdir), None
+        self.local_path, self.local_tb = (None, None) if self.remote else (self.path,
+                                                                           self.tb_dir)
         self.file = self.writer = None  # opened by rewind() (or the first write)
         self.total, self.name, self.every = total_steps, name, every
         self.stream = stream or sys.stdout
@@ -94,12 +93,16 @@ class RunLog:
         if self.memory is not None:
             self.memory = kept
             return
+        if self.remote and self.stage is None:
+            self.stage = tempfile.mkdtemp(prefix="runlog.")
+            self.local_path = os.path.join(self.stage, "metrics.jsonl")
+            self.local_tb = os.path.join(self.stage, "tensorboard")
         with open(self.local_path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
         self.file = open(self.local_path, "a")  # noqa: SIM115 - open for the run
         if self.summary is not None:
             shutil.rmtree(self.local_tb, ignore_errors=True)
-            if self.stage is not None:
+            if self.remote:
                 paths.rmtree(self.tb_dir)  # the new writer starts a new event file
             self.writer = self.summary.Writer(self.local_tb)
             for record in kept:
@@ -109,7 +112,7 @@ class RunLog:
 
     def _upload(self) -> None:
         """On object storage: the local files replace the stored ones."""
-        if self.stage is None:
+        if not self.remote:
             return
         paths.copy_file(self.local_path, self.path)
         if self.writer is not None:
@@ -122,7 +125,7 @@ class RunLog:
         """The lines of metrics.jsonl so far (metrics and events)."""
         if self.memory is not None:
             return list(self.memory)
-        if self.file is not None or os.path.exists(self.local_path):
+        if self.local_path is not None and os.path.exists(self.local_path):
             return read(self.local_path)
         return read(self.path) if paths.exists(self.path) else []
 
@@ -198,6 +201,7 @@ class RunLog:
         self._close_files()
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = self.local_path = self.local_tb = None
 
 
 def read(path: str) -> list[dict]:
