@@ -107,6 +107,9 @@ def message(error: BaseException) -> str:
 
 
 def _tokenizer(cfg, workdir: str | None) -> tuple[Any, str]:
+    if paths.is_remote(cfg.model.hf_path):
+        raise ValueError(f"model.hf_path={cfg.model.hf_path}: the initial model is read from a "
+                         "local directory; copy it out of its bucket first")
     path = cfg.data.tokenizer or cfg.model.hf_path
     if not path:
         path = paths.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
