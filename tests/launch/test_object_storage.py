@@ -3,8 +3,9 @@
 STORAGE_EMULATOR_HOST): `launch.train --workdir=gs://bucket/run` killed (SIGKILL) and
 rerun resumes from the bucket and ends exactly where an uninterrupted local run ends
 (metrics, TensorBoard, final parameters bit for bit); `launch.export` and
-`launch.evaluate` read and write the bucket; a workdir that cannot be written fails
-before any compute with one `error:` line.
+`launch.evaluate` read and write the bucket; a workdir that cannot be written, and
+what needs a local folder (sft.shared_dir, launch.sweep's workdir), fail before any
+compute with one `error:` line.
 
 Same run as tests/launch/test_resume.py (tests/rl/fault_config.py on 2 CPU devices),
 whose uninterrupted run is reused when both run in one process.
