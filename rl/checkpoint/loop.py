@@ -28,10 +28,10 @@ A job is an object with
 from __future__ import annotations
 
 import math
-import os
 import sys
 from typing import Any
 
+from models import paths
 from rl.checkpoint.persistent import Checkpoints, one_line
 from rl.checkpoint.preemption import Abandoned, Preempted, Watch
 from rl.checkpoint.snapshot import Snapshots
@@ -187,5 +187,5 @@ class _Loop:
 def fit(job, *, directory: str, section, stream=None) -> dict:
     """Runs `job` to `job.total_steps` with resume, snapshots, rollback and preemption
     (see the module doc). Returns {"before", "after", "resumed_from", "finished"}."""
-    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    paths.makedirs(paths.dirname(paths.absolute(directory)))
     return _Loop(job, directory, section, stream).run()
