@@ -1,0 +1,123 @@
+"""Faults in a two-process run (2 processes × 4 CPU devices, tests/launch/multiprocess_config.py,
+3 steps on a 2 × 2 × 2 mesh) are decided by both processes together
+(rl.checkpoint.agreement):
+
+* an exception in process 1 alone at step 2 rolls both back; SIGTERM to process 1 alone
+  makes both save the same step and exit 0; the rerun resumes and ends bit for bit like
+  the uninterrupted run with the same exception. The exception raised in one process
+  ends like the same exception raised in both (the kill chain below), the case the
+  in-process tests (tests/rl/checkpoint/test_fault_tolerance.py) prove equal to a run
+  that skipped that batch; and `checkpoint.every_s` saves the same steps in both;
+* SIGKILL of process 1 leaves process 0 exiting with one `error:` line and status 1 by
+  itself (not stopped by the test, not aborted by JAX's shutdown timeouts); SIGKILL of
+  both, with asynchronous checkpoints being written; each restart of both resumes, and
+  the run ends bit for bit like the uninterrupted one.
+
+Every run carries `fault.raise_at_step=2`, so the uninterrupted reference is one run.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from rl.train import logs
+from tests.launch import processes
+
+CONFIG = os.path.join(processes.ROOT, "tests", "launch", "multiprocess_config.py") + ":flat"
+RAISE = ("--config.fault.enabled=True", "--config.fault.raise_at_step=2",
+         "--config.checkpoint.snapshot_every=1")  # the rollback restores step 1
+EVERY_STEP = "--config.checkpoint.every_s=1e-6"  # a save after each step, by the clock
+
+pytestmark = pytest.mark.slow
+
+_REFERENCE: dict[str, str] = {}
+
+
+@pytest.fixture
+def reference(tmp_path_factory):
+    """The uninterrupted run with the exception in process 1 at step 2 (once per session)."""
+    if "run" not in _REFERENCE:
+        workdir = tmp_path_factory.mktemp("reference") / "run"
+        processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.process=1")
+        _REFERENCE["run"] = str(workdir)
+    return _REFERENCE["run"]
+
+
+def assert_same_run(expected, actual):
+    """The same metrics (timing and events aside) and final parameters bit for bit."""
+    ours = logs.metric_records(logs.read(os.path.join(actual, "metrics.jsonl")))
+    theirs = logs.metric_records(logs.read(os.path.join(expected, "metrics.jsonl")))
+    assert [r["step"] for r in ours] == [0, 1, 2, 3]
+    assert logs.strip_timing(ours) == logs.strip_timing(theirs)
+    a = load_file(os.path.join(expected, "final", "model.safetensors"))
+    b = load_file(os.path.join(actual, "final", "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def rollbacks(workdir):
+    return [(e["step"], e["restored_step"], e["cause"])
+            for e in logs.read(os.path.join(workdir, "metrics.jsonl")) if "event" in e]
+
+
+def last_line(result) -> str:
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_one_process_fails_then_is_preempted_and_both_act_together(tmp_path, reference):
+    # the reference: process 1 alone raised at step 2; both rolled back to step 1
+    cause = "InjectedFault: injected fault at step 2 (fault.raise_at_step) (process 1)"
+    assert rollbacks(reference) == [(2, 1, cause)]
+    workdir = tmp_path / "run"
+    # process 1 alone: SIGTERM and the exception at step 2's first attempt
+    stopped = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.process=1",
+                                      "--config.fault.term_at_step=2", EVERY_STEP)
+    path = f"{workdir}/checkpoints/2"
+    for result in stopped:  # both: the step that was retried, saved, exit 0
+        assert "Traceback" not in result.stderr
+        assert f"step 2 failed ({cause}): rolled back to step 1" in result.stderr
+        assert last_line(result) == (f"stopped on SIGTERM with a checkpoint of step 2 in "
+                                     f"{path}; rerun the same command to resume")
+    assert "received SIGTERM" in stopped[1].stderr and "received" not in stopped[0].stderr
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["1", "2"]  # every_s: each step
+
+    first, _ = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.process=1")
+    assert f"resumed from checkpoint step 2 ({path})" in first.stdout
+    assert rollbacks(workdir) == [(2, 1, cause)]
+    assert_same_run(reference, str(workdir))
+
+
+def test_sigkill_of_one_then_both_processes_and_restarts_resume(tmp_path, reference):
+    workdir = tmp_path / "run"
+    # process 1 killed at step 2 (before its exception); asynchronous saves after each step
+    killed = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.process=1",
+                                     "--config.fault.kill_at_step=2", EVERY_STEP,
+                                     stop_others=False, timeout=300)
+    assert [r.returncode for r in killed] == [1, -9], killed[0].stderr[-3000:]
+    line = last_line(killed[0])
+    assert line.startswith("error: process 0 of 2 stopped: a collective failed ("), line
+    assert line.endswith(
+        "another process of the run died, hung or was stopped, and nothing can be saved "
+        f"without it. Restart every process with the same command to resume from the "
+        f"newest complete checkpoint in {workdir}/checkpoints"), line
+    assert "Traceback" not in killed[0].stderr and "Fatal" not in killed[0].stderr
+
+    # both resume from step 1, both raise at step 2 (rolled back together) and both are
+    # killed after step 3's rollout, while step 2's asynchronous write may be in flight
+    both = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.kill_at_step=3",
+                                   EVERY_STEP, stop_others=False, timeout=300)
+    assert [r.returncode for r in both] == [-9, -9], both[0].stderr[-3000:]
+    assert "resumed from checkpoint step 1" in both[0].stdout
+    assert rollbacks(workdir)[-1] == (
+        2, 1, "InjectedFault: injected fault at step 2 (fault.raise_at_step) (process 0 "
+        "and 1 more)")
+
+    # from step 2, or from step 1 when step 2's write was cut short (skipped, with a warning)
+    first, _ = processes.two_processes(CONFIG, workdir, *RAISE)
+    assert ("resumed from checkpoint step 2" in first.stdout
+            or "resumed from checkpoint step 1" in first.stdout), first.stdout
+    # raised in both processes or in process 1 alone: the same run
+    assert_same_run(reference, str(workdir))
