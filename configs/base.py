@@ -306,6 +306,9 @@ def fault_section() -> ml_collections.ConfigDict:
     f.raise_at_step = 0      # that step raises after its rollout
     f.kill_at_step = 0       # SIGKILL to itself after that step's rollout
     f.term_at_step = 0       # SIGTERM to itself there (a preemption)
+    # SIGKILL to itself at the end of that step, once its checkpoint write (with
+    # checkpoint.every or every_s due there) has started: an asynchronous write is in flight
+    f.kill_after_step = 0
     f.times = 1              # consecutive attempts of that step the nan / raise fault hits
     f.process = -1           # the process the faults hit in a multi-process run (-1 = every one)
     return f

@@ -172,7 +172,7 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
         except PeerLost as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             sys.stdout.flush()
-            os._exit(1)  # not sys.exit: atexit's jax.distributed.shutdown waits for the lost
+            os._exit(1)  # not sys.exit: atexit (jax.distributed.shutdown) waits for the lost one
         except RunStopped as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)

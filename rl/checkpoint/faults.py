@@ -4,6 +4,7 @@
     fault.enabled=True fault.raise_at_step=5   # step 5 raises after its rollout
     fault.enabled=True fault.kill_at_step=5    # SIGKILL to itself after step 5's rollout
     fault.enabled=True fault.term_at_step=5    # SIGTERM to itself there (a preemption)
+    fault.enabled=True fault.kill_after_step=5 # SIGKILL once step 5's checkpoint write began
     fault.times=3                              # the nan/raise fault hits 3 attempts in a row
     fault.process=1                            # only process 1 of a multi-process run
 
@@ -23,8 +24,8 @@ import jax
 
 from rl.checkpoint import agreement
 
-KEYS = ("nan_at_step", "raise_at_step", "kill_at_step", "term_at_step")
-ONCE = ("kill_at_step", "term_at_step")  # signals: once per process
+KEYS = ("nan_at_step", "raise_at_step", "kill_at_step", "term_at_step", "kill_after_step")
+ONCE = ("kill_at_step", "term_at_step", "kill_after_step")  # signals: once per process
 
 
 class InjectedFault(RuntimeError):
@@ -78,6 +79,12 @@ class Faults:
             error = InjectedFault(f"injected fault at step {step} (fault.raise_at_step)")
         if self.settles:
             agreement.settle(error)
+
+    def after_step(self, step: int) -> None:
+        """Kills the process at the end of step `step` (`fault.kill_after_step`): after the
+        loop started that step's checkpoint, whose asynchronous write is then in flight."""
+        if self._due("kill_after_step", step):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def poison(self, step: int) -> bool:
         """Whether this step's advantages are to be NaN (fault.nan_at_step)."""

@@ -42,7 +42,7 @@ from typing import Any
 import jax
 
 from models import multihost
-from rl.checkpoint.agreement import Agreement, PeerLost, StepFailed, Verdict
+from rl.checkpoint.agreement import Agreement, PeerLost, StepFailed, Verdict, describe
 from rl.checkpoint.persistent import Checkpoints
 from rl.checkpoint.preemption import Abandoned, Preempted, Watch
 from rl.checkpoint.snapshot import Snapshots
@@ -81,6 +81,7 @@ class _Loop:
         self.template = None
         self.agreement = Agreement(section.every_s)
         self.gone = False  # another process is lost: nothing that needs it may run
+        self.step = 0  # the step running
 
     # -- state --------------------------------------------------------------------------------
     def host(self) -> dict:
@@ -144,12 +145,26 @@ class _Loop:
                 metrics = self.steps(start, watch)
         except Abandoned:
             if multihost.process_count() > 1:  # the others may be inside the step's collectives
-                raise self.lost(f"abandoned step after {_signal_name(watch.requested)}",
-                                None) from None
+                raise self.lost(
+                    f"it abandoned its step after {_signal_name(watch.requested)} "
+                    f"(checkpoint.abandon_after_s={s.abandon_after_s:g}), and with several "
+                    "processes the snapshot cannot be saved while the others may be inside "
+                    "the step") from None
             saved = self.save_snapshot()
             raise Preempted(watch.requested or 15, saved, self.ckpts.path(saved)) from None
         except PeerLost as e:
-            raise self.lost("a collective failed", e) from e
+            raise self.lost(
+                f"a collective failed ({e}): another process of the run died, hung or was "
+                "stopped, and nothing can be saved without it") from e
+        except (Preempted, RunStopped):
+            raise
+        except Exception as e:
+            if multihost.process_count() == 1:
+                raise
+            # after a step's decision (a save, a snapshot, an export): not decided together,
+            # so the others may wait for this process in a collective it will not reach
+            raise self.lost(f"{describe(e)}, after step {self.step}'s decision, where the "
+                            "processes cannot roll back together") from e
         finally:
             if not self.gone:  # closing waits for writes that need the lost process
                 self.ckpts.close()
@@ -164,7 +179,7 @@ class _Loop:
         failures = 0
         step = start + 1
         while step <= job.total_steps:
-            error = None
+            self.step, error = step, None
             try:
                 if step in self.skips:
                     job.set_data_state(self.skips[step])
@@ -196,16 +211,14 @@ class _Loop:
             step += 1
         return metrics
 
-    def lost(self, what: str, error: PeerLost | None) -> PeerLost:
+    def lost(self, why: str) -> PeerLost:
         """The one-line `PeerLost` this process stops with: no checkpoint can be written
-        without the other processes."""
+        (a collective) without the other processes."""
         self.gone = True
-        cause = f" ({error})" if error is not None else ""
         return PeerLost(
-            f"process {jax.process_index()} of {multihost.process_count()} stopped: {what}"
-            f"{cause}: another process of the run died, hung or was stopped, and nothing "
-            "can be saved without it. Restart every process with the same command to resume "
-            f"from the newest complete checkpoint in {self.ckpts.directory}")
+            f"process {jax.process_index()} of {multihost.process_count()} stopped: {why}. "
+            "Restart every process with the same command to resume from the newest "
+            f"complete checkpoint in {self.ckpts.directory}")
 
     def rollback(self, step: int, error: Exception | None, cause: str, failures: int) -> int:
         """Restores the last snapshot after step `step` failed (in this process: `error`;

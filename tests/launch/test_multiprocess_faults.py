@@ -9,9 +9,10 @@
   in-process tests (tests/rl/checkpoint/test_fault_tolerance.py) prove equal to a run
   that skipped that batch; and `checkpoint.every_s` saves the same steps in both;
 * SIGKILL of process 1 leaves process 0 exiting with one `error:` line and status 1 by
-  itself (not stopped by the test, not aborted by JAX's shutdown timeouts); SIGKILL of
-  both, with asynchronous checkpoints being written; each restart of both resumes, and
-  the run ends bit for bit like the uninterrupted one.
+  itself (not stopped by the test, not aborted by JAX's shutdown timeouts); then SIGKILL
+  of both. Each kill comes while an asynchronous checkpoint write is in flight
+  (`fault.kill_after_step`); each restart of both skips that checkpoint and resumes from
+  the one before, and the run ends bit for bit like the uninterrupted one.
 
 Every run carries `fault.raise_at_step=2`, so the uninterrupted reference is one run.
 """
@@ -90,11 +91,19 @@ def test_one_process_fails_then_is_preempted_and_both_act_together(tmp_path, ref
     assert_same_run(reference, str(workdir))
 
 
+def incomplete(result, workdir, step) -> bool:
+    """Whether the run skipped `step` as a checkpoint whose write was cut short."""
+    return any(line.startswith(f"warning: checkpoint {workdir}/checkpoints/{step}")
+               and "is incomplete (the process stopped while writing it)" in line
+               for line in result.stderr.splitlines())
+
+
 def test_sigkill_of_one_then_both_processes_and_restarts_resume(tmp_path, reference):
     workdir = tmp_path / "run"
-    # process 1 killed at step 2 (before its exception); asynchronous saves after each step
+    # process 1 killed once step 2's asynchronous write began (before that, at step 2's
+    # first attempt, it raised: both rolled back); saves after each step (every_s)
     killed = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.process=1",
-                                     "--config.fault.kill_at_step=2", EVERY_STEP,
+                                     "--config.fault.kill_after_step=2", EVERY_STEP,
                                      stop_others=False, timeout=300)
     assert [r.returncode for r in killed] == [1, -9], killed[0].stderr[-3000:]
     line = last_line(killed[0])
@@ -105,19 +114,19 @@ def test_sigkill_of_one_then_both_processes_and_restarts_resume(tmp_path, refere
         f"newest complete checkpoint in {workdir}/checkpoints"), line
     assert "Traceback" not in killed[0].stderr and "Fatal" not in killed[0].stderr
 
-    # both resume from step 1, both raise at step 2 (rolled back together) and both are
-    # killed after step 3's rollout, while step 2's asynchronous write may be in flight
-    both = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.kill_at_step=3",
+    # both resume from step 1 (step 2's write was cut short), raise at step 2 (rolled back
+    # together) and are killed once step 3's write began
+    both = processes.two_processes(CONFIG, workdir, *RAISE, "--config.fault.kill_after_step=3",
                                    EVERY_STEP, stop_others=False, timeout=300)
     assert [r.returncode for r in both] == [-9, -9], both[0].stderr[-3000:]
+    assert incomplete(both[0], workdir, 2), both[0].stderr[-3000:]
     assert "resumed from checkpoint step 1" in both[0].stdout
     assert rollbacks(workdir)[-1] == (
         2, 1, "InjectedFault: injected fault at step 2 (fault.raise_at_step) (process 0 "
         "and 1 more)")
 
-    # from step 2, or from step 1 when step 2's write was cut short (skipped, with a warning)
     first, _ = processes.two_processes(CONFIG, workdir, *RAISE)
-    assert ("resumed from checkpoint step 2" in first.stdout
-            or "resumed from checkpoint step 1" in first.stdout), first.stdout
+    assert incomplete(first, workdir, 3), first.stderr[-3000:]
+    assert "resumed from checkpoint step 2" in first.stdout
     # raised in both processes or in process 1 alone: the same run
     assert_same_run(reference, str(workdir))
