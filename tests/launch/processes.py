@@ -7,6 +7,7 @@ Each process's stdout and stderr go to files beside the workdir (pipes could fil
 block a process that the test is not reading yet).
 """
 
+import os
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import time
 
 from tests import subprocess_env
 
-ROOT = __file__.rsplit("/tests/", 1)[0]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def free_port() -> int:
