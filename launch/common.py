@@ -10,7 +10,10 @@ Stopping: during training steps, SIGTERM / Ctrl-C checkpoint the run
 Before the steps start they end the program with one line on stderr (exit
 status 143 / 130), not a traceback. A run stopped by repeated failed steps
 (`rl.checkpoint.loop.RunStopped`) or by storage that cannot be written (a full disk:
-one line naming the cause) exits 1; an unusable checkpoint exits 2.
+one line naming the cause) exits 1; an unusable checkpoint exits 2. A process of a
+multi-process run whose peer is gone (`rl.checkpoint.agreement.PeerLost`) exits 1 with
+one line at once, skipping JAX's exit-time shutdown barrier (it would wait for the lost
+process until a timeout, then abort with pages of logs).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from configs import variants
 from launch import distributed, runtime
 from models import extras, multihost, paths
 from rl.checkpoint import persistent
+from rl.checkpoint.agreement import PeerLost
 from rl.checkpoint.loop import RunStopped
 from rl.checkpoint.persistent import CheckpointError, WriteError
 from rl.checkpoint.preemption import Preempted
@@ -165,6 +169,10 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
         except Preempted as e:
             print(f"\n{e}", file=sys.stderr)
             sys.exit(e.exit_code)
+        except PeerLost as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1)  # not sys.exit: atexit (jax.distributed.shutdown) waits for the lost one
         except RunStopped as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)

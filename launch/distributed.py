@@ -18,6 +18,9 @@ import jax
 from absl import flags
 
 _FLAGS: dict = {}
+# a process that sends no heartbeat for this long is dead to JAX's coordination service,
+# which then ends every other process (where a collective waiting for it would hang)
+HEARTBEAT_TIMEOUT_S = 60
 
 
 def define_flags() -> None:
@@ -151,7 +154,10 @@ def init() -> bool:
         kwargs = initialize_kwargs()
     # CPU devices of different processes talk over TCP (gloo); GPU/TPU ignore this
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(**kwargs)
+    # preemption is decided by the step loop (rl.checkpoint.agreement); JAX's preemption
+    # service would replace the SIGTERM handler that ends a run still starting up
+    jax.config.update("jax_enable_preemption_service", False)
+    jax.distributed.initialize(**kwargs, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S)
     if jax.process_index() != 0:  # at the descriptor: the C++ libraries' prints too
         sys.stdout.flush()
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -84,7 +84,7 @@ def check_sft(s) -> None:
 
 def check_checkpoint(c) -> None:
     _positive(c, "checkpoint", ("keep", "max_rollbacks"), strict=True)
-    _positive(c, "checkpoint", ("every", "snapshot_every", "abandon_after_s"), strict=False)
+    _positive(c, "checkpoint", ("every", "every_s", "snapshot_every", "abandon_after_s"), strict=False)
 
 
 def check_update_schedule(cfg, alg: Algorithm) -> None:

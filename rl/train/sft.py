@@ -138,7 +138,7 @@ class SFTJob:
         return bool(every and step % every == 0) or step == self.total_steps
 
     def after_step(self, step: int) -> None:
-        del step
+        self.faults.after_step(step)
 
 
 def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict]:
