@@ -270,8 +270,9 @@ def sft_section() -> ml_collections.ConfigDict:
     s.eval_every = 100     # held-out eval period (0 = only before and after)
     # a directory of finished warm starts shared by runs ("" = off): a run whose warm
     # start (same model, data, sft settings, seed) is there loads it instead of training
-    # one, and a run that trains one leaves it there; launch.sweep sets it. A local or
-    # shared-disk folder (its file lock orders the runs): gs:// and s3:// are refused
+    # one, and a run that trains one leaves it there; launch.sweep sets it. A folder or
+    # gs:// / s3:// URI; its file lock orders the runs of one machine (in a bucket, the
+    # lock is in this machine's temp folder: runs on different machines are not ordered)
     s.shared_dir = ""
     return s
 

@@ -5,7 +5,9 @@ behaviour of `open` / `os` / `shutil`, a `gs://` or `s3://` URI goes through eti
     paths.write_text(paths.join(workdir, "config.json"), text, atomic=True)
     with paths.staged(paths.join(workdir, "final")) as local:   # a local folder,
         save_files(local)                                        # uploaded on exit
+    with paths.staged_file(paths.join(workdir, "a.png")) as local: fig.savefig(local)
     with paths.local_copy(uri) as local: read_files(local)       # downloaded first
+    paths.download(uri, "/tmp/x")                                # kept
 
 Object storage has no directories, no appends and no rename: `makedirs` of a URI
 creates nothing (a "directory" exists once an object is under it); an object appears
@@ -232,17 +234,38 @@ def staged(path: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def staged_file(path: str) -> Iterator[str]:
+    """A local file name to write `path` through (for writers that take local names only,
+    such as matplotlib's savefig): `path` itself when it is local, else a temporary file
+    uploaded to `path` when the block ends without error."""
+    if not is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="stage.") as tmp:
+        local = os.path.join(tmp, basename(path))
+        yield local
+        copy_file(local, path)
+
+
+@contextlib.contextmanager
 def local_copy(path: str) -> Iterator[str]:
     """`path` as a local directory to read: itself when it is local, else a temporary
     download of everything under it (deleted when the block ends)."""
     if not is_remote(path):
         yield path
         return
-    fs, bare = _fs(path)
     with tempfile.TemporaryDirectory(prefix="copy.") as tmp:
-        for found in fs.find(bare):
-            rel = posixpath.relpath(found, bare.rstrip("/"))
-            target = os.path.join(tmp, *rel.split("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fs.get_file(found, target)
-        yield tmp
+        yield download(path, tmp)
+
+
+def download(path: str, local: str) -> str:
+    """Copies every object under the URI `path` into the local directory `local` (made),
+    keeping their relative names; returns `local`."""
+    fs, bare = _fs(path)
+    os.makedirs(local, exist_ok=True)
+    for found in fs.find(bare):
+        rel = posixpath.relpath(found, bare.rstrip("/"))
+        target = os.path.join(local, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fs.get_file(found, target)
+    return local
