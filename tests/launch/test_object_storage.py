@@ -28,6 +28,7 @@ from models import paths
 from rl import sweeps
 from rl.checkpoint import persistent
 from tests import subprocess_env
+from tests.launch.test_analyze import SMALL, check_outputs, write_model
 from tests.launch.test_resume import (  # noqa: F401 - `straight` is a fixture
     CONFIG,
     FAULTS,
@@ -159,4 +160,42 @@ def test_a_sweep_in_a_bucket_killed_resumes_from_it_and_ends_as_the_local_sweep(
     assert paths.read_bytes(f"{remote}/curves.png")[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Sweep wall time:" in paths.read_text(f"{remote}/timing.md")
     assert not os.path.exists(os.path.join(ROOT, "gs:"))  # nothing went to a local "gs:"
+
+
+def test_an_analysis_reads_models_from_the_bucket_and_writes_into_it_as_locally(gcs, tmp_path):
+    """launch.analyze (tests/launch/test_analyze.py's smallest: 3 prompts × 2 samples × 8
+    tokens, no sweeps) of two Hugging Face directories in the bucket, its outputs into
+    the bucket, against the same analysis of the same directories on local disk."""
+    here = tmp_path / BUCKET  # local names ending like the URIs': the reports name both
+    base, rl = write_model(here / "base", "qwen2", 0), write_model(here / "rl", "qwen2", 1)
+    for name in ("base", "rl"):
+        paths.upload(str(here / name), f"gs://{BUCKET}/{name}")
+    args = [f"--config={CONFIG}", *SMALL, "--nosweeps"]
+    ok(launch(gcs, "launch.analyze", f"--workdir={tmp_path / 'out'}", f"--base={base}",
+              f"--rl={rl}", *args))
+    out = f"gs://{BUCKET}/analysis"
+    result = ok(launch(gcs, "launch.analyze", f"--workdir={out}", f"--base=gs://{BUCKET}/base",
+                       f"--rl=gs://{BUCKET}/rl", *args))
+    assert f"{out}/tokens.parquet" in result.stdout and f"{out}/report.html" in result.stdout
+    theirs = str(tmp_path / "out")
+    with paths.local_copy(out) as ours:
+        assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
+        summary = check_outputs(ours, sweeps=False)
+        assert summary["models"] == {"base": f"{BUCKET}/base", "rl": f"{BUCKET}/rl"}
+        with open(os.path.join(theirs, "summary.json")) as f:
+            assert summary == json.load(f)
+        import pyarrow.parquet as pq
+        assert pq.read_table(os.path.join(ours, "tokens.parquet")).equals(
+            pq.read_table(os.path.join(theirs, "tokens.parquet")))
+        for name in ("report.html", "distributions.png"):
+            with open(os.path.join(ours, name), "rb") as a, \
+                    open(os.path.join(theirs, name), "rb") as b:
+                assert a.read() == b.read(), name
+
+    missing = launch(gcs, "launch.analyze", f"--workdir={out}2", f"--base=gs://{BUCKET}/base",
+                     f"--rl=gs://{BUCKET}/nothing", *args)
+    assert missing.returncode == 2, missing.stderr[-3000:]
+    assert missing.stderr.strip().splitlines() == [
+        f"error: the rl model 'gs://{BUCKET}/nothing' is not a directory"]
+    assert not paths.exists(f"{out}2")
 
