@@ -48,6 +48,7 @@ def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     model = ml_collections.ConfigDict()
     model.preset = preset      # a models.PRESETS name; used when hf_path is empty
     model.hf_path = ""         # local Hugging Face directory: its config.json and weights
+    # (a gs:// / s3:// one is downloaded once into $RLVR_CACHE, default ~/.cache/rlvr-jax)
     model.dtype = "float32"    # compute dtype: float32 | bfloat16 | float16
     model.param_dtype = "float32"  # parameter storage dtype
     model.scan_layers = True   # lax.scan over layers (compile time independent of depth)

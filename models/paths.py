@@ -8,6 +8,7 @@ behaviour of `open` / `os` / `shutil`, a `gs://` or `s3://` URI goes through eti
     with paths.staged_file(paths.join(workdir, "a.png")) as local: fig.savefig(local)
     with paths.local_copy(uri) as local: read_files(local)       # downloaded first
     paths.download(uri, "/tmp/x")                                # kept
+    paths.cached(uri)   # a local copy in ~/.cache/rlvr-jax, reused while the bucket's unchanged
 
 Object storage has no directories, no appends and no rename: `makedirs` of a URI
 creates nothing (a "directory" exists once an object is under it); an object appears
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -268,4 +271,39 @@ def download(path: str, local: str) -> str:
         target = os.path.join(local, *rel.split("/"))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fs.get_file(found, target)
+    return local
+
+
+def cache_dir() -> str:
+    """Where `cached` keeps its downloads: $RLVR_CACHE, else ~/.cache/rlvr-jax."""
+    return os.environ.get("RLVR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "rlvr-jax")
+
+
+def cached(path: str) -> str:
+    """A local directory holding the files under `path`: `path` itself when it is local,
+    else a download kept in `cache_dir()`/objects/ under a name made of the URI and its
+    listing (each object's name, size and checksum), so a later call reuses it and a
+    changed bucket is downloaded anew (old copies stay until the cache is deleted).
+    Processes racing for one copy each download into their own folder; the first
+    rename wins. FileNotFoundError when nothing is under `path`."""
+    if not is_remote(path):
+        return path
+    fs, bare = _fs(path)
+    found = fs.find(bare, detail=True)
+    if not found:
+        raise FileNotFoundError(f"no files under {path}")
+    listing = sorted((posixpath.relpath(k, bare.rstrip("/")), v.get("size"),
+                      v.get("md5Hash") or v.get("crc32c") or v.get("ETag") or v.get("etag"))
+                     for k, v in found.items())
+    key = hashlib.sha256(json.dumps([path.rstrip("/"), listing]).encode()).hexdigest()[:20]
+    local = os.path.join(cache_dir(), "objects", key)
+    if os.path.isdir(local):
+        return local
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{key}.", dir=os.path.dirname(local))
+    try:
+        os.rename(download(path, partial), local)
+    except OSError:  # another process renamed its copy first
+        shutil.rmtree(partial, ignore_errors=True)
     return local

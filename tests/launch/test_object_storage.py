@@ -21,12 +21,16 @@ import subprocess
 import sys
 import time
 
+import jax
 import pytest
 from safetensors.numpy import load_file
 
+import models
+from launch.common import load_config_file
 from models import paths
 from rl import sweeps
 from rl.checkpoint import persistent
+from rl.train import build
 from tests import subprocess_env
 from tests.launch.test_analyze import SMALL, check_outputs, write_model
 from tests.launch.test_resume import (  # noqa: F401 - `straight` is a fixture
@@ -199,3 +203,29 @@ def test_an_analysis_reads_models_from_the_bucket_and_writes_into_it_as_locally(
         f"error: the rl model 'gs://{BUCKET}/nothing' is not a directory"]
     assert not paths.exists(f"{out}2")
 
+
+def test_a_model_in_a_bucket_is_read_through_the_local_cache(gcs, tmp_path, monkeypatch):
+    """model.hf_path=gs://...: the run's tokenizer and initial weights come from one
+    download into $RLVR_CACHE (in process: build.resolve and build.init_params)."""
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    local = write_model(tmp_path / "model", "qwen2", 0)
+    uri = f"gs://{BUCKET}/model"
+    paths.upload(local, uri)
+    cfg = load_config_file(CONFIG)
+    with cfg.unlocked():
+        cfg.model.hf_path = uri
+    run = build.resolve(cfg, None)
+    got = jax.device_get(build.init_params(run))
+    _, want = models.load_pretrained(local, run.model_config.weight_dtype)
+    assert jax.tree.all(jax.tree.map(lambda a, b: (a == b).all(), got, jax.device_get(want)))
+    copy = paths.cached(uri)
+    assert sorted(os.listdir(copy)) == sorted(os.listdir(local))
+    assert run.tokenizer_dir == copy  # read from the copy, exported from it
+    objects = tmp_path / "cache" / "objects"
+    before = os.stat(os.path.join(copy, "model.safetensors")).st_mtime_ns
+    assert paths.cached(uri) == copy and len(os.listdir(objects)) == 1  # reused
+    assert os.stat(os.path.join(copy, "model.safetensors")).st_mtime_ns == before
+    paths.write_text(f"{uri}/notes.txt", "changed")  # the bucket changed: a new copy
+    assert paths.cached(uri) != copy and len(os.listdir(objects)) == 2
+    with pytest.raises(FileNotFoundError, match=f"no files under gs://{BUCKET}/nothing"):
+        paths.cached(f"gs://{BUCKET}/nothing")
