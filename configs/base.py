@@ -48,6 +48,7 @@ def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     model = ml_collections.ConfigDict()
     model.preset = preset      # a models.PRESETS name; used when hf_path is empty
     model.hf_path = ""         # local Hugging Face directory: its config.json and weights
+    # (a gs:// / s3:// one is downloaded once into $RLVR_CACHE, default ~/.cache/rlvr-jax)
     model.dtype = "float32"    # compute dtype: float32 | bfloat16 | float16
     model.param_dtype = "float32"  # parameter storage dtype
     model.scan_layers = True   # lax.scan over layers (compile time independent of depth)
@@ -270,8 +271,9 @@ def sft_section() -> ml_collections.ConfigDict:
     s.eval_every = 100     # held-out eval period (0 = only before and after)
     # a directory of finished warm starts shared by runs ("" = off): a run whose warm
     # start (same model, data, sft settings, seed) is there loads it instead of training
-    # one, and a run that trains one leaves it there; launch.sweep sets it. A local or
-    # shared-disk folder (its file lock orders the runs): gs:// and s3:// are refused
+    # one, and a run that trains one leaves it there; launch.sweep sets it. A folder or
+    # gs:// / s3:// URI; its file lock orders the runs of one machine (in a bucket, the
+    # lock is in this machine's temp folder: runs on different machines are not ordered)
     s.shared_dir = ""
     return s
 

@@ -9,6 +9,9 @@
 
 `--base`, `--rl` and `--sft` are Hugging Face directories or training workdirs
 (an Orbax checkpoint: the newest usable one, or `--*_step`; else `final/`).
+Each may be a gs:// / s3:// URI (models/paths.py): Orbax reads checkpoints from
+the bucket, a Hugging Face directory is downloaded to a temporary folder first;
+a bucket `--workdir` gets the outputs written locally, then uploaded.
 The prompts, references and verifier come from `--config` (its held-out split,
 or the training split when there is none); the tokenizer from the RL model.
 
@@ -21,13 +24,20 @@ self-contained file). Method and reproduction on the demo: docs/analysis.md.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import tempfile
 
 from absl import flags
 
 from launch import runtime
-from launch.common import default_config_path, define_config_flag, define_workdir_flag, run
+from launch.common import (
+    check_writable,
+    default_config_path,
+    define_config_flag,
+    define_workdir_flag,
+    run,
+)
 from models import extras, paths
 from rl.analysis import study as study_lib
 from rl.analysis.study import Settings
@@ -89,11 +99,6 @@ def main(argv):
     runtime.configure_xla(cfg.cpu_xla_flags)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            for name, value in (("workdir", _WORKDIR.value), ("base", _BASE.value),
-                                ("rl", _RL.value), ("sft", _SFT.value)):
-                if paths.is_remote(value or ""):
-                    raise ValueError(f"--{name} {value}: launch.analyze reads and writes local "
-                                     "folders only; copy the run from its bucket first")
             if _SAMPLES.value < 1:
                 raise ValueError(f"--samples must be >= 1, got {_SAMPLES.value}")
             if _MAX_NEW.value is not None and _MAX_NEW.value < 1:
@@ -101,6 +106,8 @@ def main(argv):
             extras.check("pyarrow", "parquet", "launch.analyze's tokens.parquet")
             extras.check("matplotlib", "plots", "launch.analyze's figures")
             study_settings = settings(cfg, _MAX_NEW.value or 1)  # flags checked first
+            if paths.is_remote(_WORKDIR.value):  # a missing bucket, no credentials
+                check_writable(_WORKDIR.value)
             study = study_lib.load(cfg, _BASE.value or "", _RL.value or "", _SFT.value,
                                    steps=(_BASE_STEP.value, _RL_STEP.value, _SFT_STEP.value),
                                    prompts=_PROMPTS.value, updates=_UPDATES.value, tmp=tmp)
@@ -109,8 +116,11 @@ def main(argv):
         except build.ERRORS as e:
             print(f"error: {build.message(e)}", file=sys.stderr)
             sys.exit(2)
-        outputs = study_lib.run_study(study, study_settings, _WORKDIR.value)
-    print("wrote " + ", ".join(outputs.values()))
+        with paths.staged(_WORKDIR.value) as out:  # a bucket's: written here, uploaded
+            outputs = study_lib.run_study(study, study_settings, out)
+            written = [paths.join(_WORKDIR.value, os.path.relpath(p, out))
+                       for p in outputs.values()]
+    print("wrote " + ", ".join(written))
 
 
 if __name__ == "__main__":

@@ -371,7 +371,7 @@ def train(run_, params, workdir: str) -> dict:
     if cfg.train.warm_start == "sft":
         print(f"[1/2] supervised warm start: {cfg.sft.steps} steps")
         params, summary, reused = sft.warm_start(run_, params, workdir)
-        how = (f"reused {os.path.join(workdir, 'sft')}" if reused
+        how = (f"reused {paths.join(sft.warm_start_home(run_, workdir), 'sft')}" if reused
                else f"{time.perf_counter() - start:.0f}s")
         print(f"      held-out accuracy {summary['before'].get('heldout/accuracy', 0):.3f} -> "
               f"{summary['after'].get('heldout/accuracy', 0):.3f} ({how})")

@@ -25,7 +25,7 @@ from absl import flags
 import models
 import sampling
 from launch.common import default_config_path, define_config_flag, run
-from models import sharding
+from models import paths, sharding
 
 _CONFIG = define_config_flag("base.py")
 _BATCH = flags.DEFINE_integer("batch", 8, "Number of prompts.")
@@ -60,8 +60,8 @@ def main(argv):
     print(f"mesh: {dict(mesh.shape)} on {jax.device_count()} {jax.devices()[0].platform} device(s)")
 
     if cfg.model.hf_path:
-        _, params = models.load_pretrained(cfg.model.hf_path, config.weight_dtype, mesh=mesh,
-                                           rules=rules)
+        _, params = models.load_pretrained(paths.cached(cfg.model.hf_path), config.weight_dtype,
+                                           mesh=mesh, rules=rules)
     else:
         params = sharding.init_sharded(config, jax.random.key(cfg.seed), mesh, rules)
     with tempfile.TemporaryDirectory() as tmp:

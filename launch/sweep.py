@@ -24,7 +24,16 @@ At the end (and after each finished run) the summary is rewritten: DIR/results.m
 (mean ± std over each group's runs), DIR/results.csv, DIR/timing.md and
 DIR/curves.png (rl/sweeps/results.py). `--dry_run` prints one launch command per
 unfinished run, for a cluster scheduler, with the paths as given on the command line
-and `python` as the interpreter, and runs nothing. Exit status: 0 when every run
+and `python` as the interpreter, and runs nothing.
+
+The workdir may be a bucket (`--workdir=gs://BUCKET/sweep`, or s3://): every run's
+directory, the shared warm starts, the DONE markers, wall times and the summary live
+there (models/paths.py), so a rerun on any machine resumes from the bucket. What
+needs this machine's file system stays local, in `--staging` (default: a temporary
+folder): each run's train.log is its process's stdout, appended to a local file while
+it runs and uploaded to DIR/runs/<name>/train.log when it ends (a rerun downloads it
+first and appends); the shared warm start's file lock is in the temporary folder
+(rl/train/sft.py `lock_path`). Exit status: 0 when every run
 finished, 1 when some failed (their logs are named), 2 for a bad flag or sweep file.
 """
 
@@ -35,11 +44,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app, flags
 
-from launch.common import load_config_file
+from launch.common import check_writable, load_config_file
 from models import extras, paths
 from rl import sweeps
 from rl.train import logs
@@ -49,6 +59,9 @@ _CONFIG = flags.DEFINE_string("config", None, "Sweep file `path.py[:arg]` defini
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory (created): runs/<name>/ "
                                "per run, warm_starts/, results.md/.csv, timing.md, "
                                "curves.png.", required=True)
+_STAGING = flags.DEFINE_string("staging", None, "With a gs:// / s3:// --workdir: the local "
+                               "folder of the runs' train.log while they run (uploaded to "
+                               "the bucket as each ends); default: a temporary folder.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time.", lower_bound=1)
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print one launch command per unfinished run "
                              "and run nothing.")
@@ -65,7 +78,7 @@ def command(path: str, arg: str, workdir: str, run: dict,
             python: str = sys.executable) -> list[str]:
     """The launch.train command line of one run."""
     spec = f"{path}:{arg}" if arg else path
-    settings = {**RUN_DEFAULTS, "sft.shared_dir": os.path.join(workdir, SHARED_WARM_STARTS),
+    settings = {**RUN_DEFAULTS, "sft.shared_dir": paths.join(workdir, SHARED_WARM_STARTS),
                 **sweeps.overrides(run)}
     return [python, "-m", "launch.train", f"--config={spec}",
             f"--workdir={sweeps.run_dir(workdir, run)}",
@@ -73,12 +86,12 @@ def command(path: str, arg: str, workdir: str, run: dict,
 
 
 def done(workdir: str, run: dict) -> bool:
-    return os.path.exists(os.path.join(sweeps.run_dir(workdir, run), "DONE"))
+    return paths.exists(paths.join(sweeps.run_dir(workdir, run), "DONE"))
 
 
 def progress(workdir: str, run: dict) -> str:
     """`name step k` from the run's metrics.jsonl (its last logged step)."""
-    path = os.path.join(sweeps.run_dir(workdir, run), "metrics.jsonl")
+    path = paths.join(sweeps.run_dir(workdir, run), "metrics.jsonl")
     try:
         steps = [r["step"] for r in logs.metric_records(logs.read(path))]
     except (OSError, ValueError, KeyError):
@@ -126,14 +139,15 @@ class Pool:
 def _load():
     """(the sweep, its target) from the flags; exits 2 with one line when it is bad."""
     try:
-        if paths.is_remote(_WORKDIR.value):
-            raise ValueError(f"--workdir {_WORKDIR.value}: a sweep's workdir must be a local "
-                             "(or shared-disk) folder: its runs share warm starts through file "
-                             "locks and log through pipes; copy it to a bucket afterwards")
         sweep = sweeps.load(_CONFIG.value)
         sweeps.check_keys(load_config_file(_CONFIG.value), sweep.runs)
         if not _DRY_RUN.value:
             extras.require("matplotlib", "plots", "the sweep's curves.png")
+            if paths.is_remote(_WORKDIR.value):  # a missing bucket, no credentials, no gcsfs
+                check_writable(_WORKDIR.value)
+            elif _STAGING.value:
+                raise ValueError("--staging is for a gs:// or s3:// --workdir (a local "
+                                 "sweep keeps its logs in its runs' folders)")
     except Exception as e:  # noqa: BLE001 - any failure of the user's sweep file
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(2)
@@ -143,8 +157,9 @@ def _load():
 class Sweeper:
     """Runs a sweep's unfinished runs `parallel` at a time and keeps its summary current."""
 
-    def __init__(self, sweep, workdir: str, target: float, parallel: int):
+    def __init__(self, sweep, workdir: str, target: float, parallel: int, staging: str = ""):
         self.sweep, self.workdir, self.target = sweep, workdir, target
+        self.staging = staging or workdir  # where the runs' train.log are written
         self.todo = [run for run in sweep.runs if not done(workdir, run)]
         self.pool, self.failed, self.finished = Pool(parallel), [], 0
         self.start = time.perf_counter()
@@ -154,8 +169,19 @@ class Sweeper:
                                 title=_CONFIG.value, metrics=self.sweep.metrics)
 
     def record_wall(self, run: dict, seconds: float) -> None:
-        sweeps.add_wall(os.path.join(sweeps.run_dir(self.workdir, run), sweeps.WALL_FILE),
+        sweeps.add_wall(paths.join(sweeps.run_dir(self.workdir, run), sweeps.WALL_FILE),
                         seconds)
+        self.publish_log(run)
+
+    def log_path(self, run: dict) -> str:
+        """The run's train.log on this machine (in its run folder, or in --staging)."""
+        return os.path.join(sweeps.run_dir(self.staging, run), "train.log")
+
+    def publish_log(self, run: dict) -> None:
+        """Uploads a bucket sweep's train.log of `run` (nothing for a local sweep)."""
+        if self.staging != self.workdir and os.path.exists(self.log_path(run)):
+            paths.copy_file(self.log_path(run),
+                            paths.join(sweeps.run_dir(self.workdir, run), "train.log"))
 
     def stop(self, signum, frame) -> None:
         del frame
@@ -167,14 +193,16 @@ class Sweeper:
         sys.exit(130 if signum == signal.SIGINT else 143)
 
     def record_sweep_wall(self) -> None:
-        sweeps.add_wall(os.path.join(self.workdir, sweeps.SWEEP_WALL_FILE),
+        sweeps.add_wall(paths.join(self.workdir, sweeps.SWEEP_WALL_FILE),
                         time.perf_counter() - self.start, "invocations")
 
     def launch(self, run: dict) -> None:
-        directory = sweeps.run_dir(self.workdir, run)
-        os.makedirs(directory, exist_ok=True)
-        self.pool.start(command(self.sweep.path, self.sweep.arg, self.workdir, run), run,
-                        os.path.join(directory, "train.log"))
+        log = self.log_path(run)
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        remote_log = paths.join(sweeps.run_dir(self.workdir, run), "train.log")
+        if self.staging != self.workdir and not os.path.exists(log) and paths.exists(remote_log):
+            paths.copy_file(remote_log, log)  # an earlier attempt's, appended to
+        self.pool.start(command(self.sweep.path, self.sweep.arg, self.workdir, run), run, log)
         print(f"[{self.finished + len(self.pool.running)}/{len(self.todo)}] {run['name']}: "
               "started", flush=True)
 
@@ -185,13 +213,13 @@ class Sweeper:
             directory = sweeps.run_dir(self.workdir, run)
             where = f"[{self.finished}/{len(self.todo)}] {run['name']}"
             if code == 0:
-                open(os.path.join(directory, "DONE"), "w").close()
+                paths.write_text(paths.join(directory, "DONE"), "")
                 print(f"{where}: done in {seconds:.0f}s", flush=True)
                 self.summarize()
             else:
                 self.failed.append(run["name"])
                 print(f"{where}: FAILED (exit {code}); see "
-                      f"{os.path.join(directory, 'train.log')}", flush=True)
+                      f"{paths.join(directory, 'train.log')}", flush=True)
 
     def run(self) -> None:
         queue, last_status = list(self.todo), time.perf_counter()
@@ -211,23 +239,36 @@ def main(argv):
     del argv
     sweep, target = _load()
     workdir = _WORKDIR.value
-    sweeper = Sweeper(sweep, workdir, target, _PARALLEL.value)
     if _DRY_RUN.value:
-        for run in sweeper.todo:
+        for run in Sweeper(sweep, workdir, target, _PARALLEL.value).todo:
             print(shlex.join(command(sweep.path, sweep.arg, workdir, run, python="python")))
         return
-    os.makedirs(os.path.join(workdir, "runs"), exist_ok=True)
-    print(f"sweep {_CONFIG.value}: {len(sweep.runs)} runs, "
-          f"{len(sweep.runs) - len(sweeper.todo)} finished (skipped), {len(sweeper.todo)} "
-          f"to run, {_PARALLEL.value} at a time; logs in "
-          f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}", flush=True)
+    if not paths.is_remote(workdir):
+        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value))
+    elif _STAGING.value:
+        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, _STAGING.value))
+    else:
+        with tempfile.TemporaryDirectory(prefix="sweep.") as staging:
+            sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, staging))
+
+
+def sweep_in(sweeper: Sweeper) -> None:
+    """Runs the sweep's unfinished runs and writes its summary (the module docstring)."""
+    workdir, runs = sweeper.workdir, sweeper.sweep.runs
+    paths.makedirs(paths.join(workdir, "runs"))
+    logs_at = os.path.join(sweeper.staging, "runs", "<name>", "train.log")
+    print(f"sweep {_CONFIG.value}: {len(runs)} runs, {len(runs) - len(sweeper.todo)} finished "
+          f"(skipped), {len(sweeper.todo)} to run, {_PARALLEL.value} at a time; logs in "
+          f"{logs_at}" + (f" (uploaded to {paths.join(workdir, 'runs', '<name>', 'train.log')}"
+                          " as each run ends)" if sweeper.staging != workdir else ""),
+          flush=True)
     signal.signal(signal.SIGTERM, sweeper.stop)
     signal.signal(signal.SIGINT, sweeper.stop)
     sweeper.run()
     print(f"wrote {', '.join(sweeper.summarize())}")
     if sweeper.failed:
         print(f"error: {len(sweeper.failed)} run(s) failed: {', '.join(sweeper.failed)} (logs: "
-              f"{os.path.join(workdir, 'runs', '<name>', 'train.log')}); rerun to retry them",
+              f"{paths.join(workdir, 'runs', '<name>', 'train.log')}); rerun to retry them",
               file=sys.stderr)
         sys.exit(1)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from models import paths
 from models.config import ModelConfig, as_dict, get_preset
 from models.hf_io import read_config
 
@@ -22,7 +23,7 @@ def from_config_section(section: Any) -> ModelConfig:
     if unknown:
         raise KeyError(f"unknown key(s) in the model config section: {sorted(unknown)}")
     if values.get("hf_path"):
-        base = read_config(values["hf_path"])
+        base = read_config(paths.cached(values["hf_path"]))  # a bucket's: downloaded once
     else:
         base = get_preset(values.get("preset", "tiny"))
     overrides = {k: v for k, v in values.items()

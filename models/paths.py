@@ -5,7 +5,10 @@ behaviour of `open` / `os` / `shutil`, a `gs://` or `s3://` URI goes through eti
     paths.write_text(paths.join(workdir, "config.json"), text, atomic=True)
     with paths.staged(paths.join(workdir, "final")) as local:   # a local folder,
         save_files(local)                                        # uploaded on exit
+    with paths.staged_file(paths.join(workdir, "a.png")) as local: fig.savefig(local)
     with paths.local_copy(uri) as local: read_files(local)       # downloaded first
+    paths.download(uri, "/tmp/x")                                # kept
+    paths.cached(uri)   # a local copy in ~/.cache/rlvr-jax, reused while the bucket's unchanged
 
 Object storage has no directories, no appends and no rename: `makedirs` of a URI
 creates nothing (a "directory" exists once an object is under it); an object appears
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -232,17 +237,73 @@ def staged(path: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def staged_file(path: str) -> Iterator[str]:
+    """A local file name to write `path` through (for writers that take local names only,
+    such as matplotlib's savefig): `path` itself when it is local, else a temporary file
+    uploaded to `path` when the block ends without error."""
+    if not is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="stage.") as tmp:
+        local = os.path.join(tmp, basename(path))
+        yield local
+        copy_file(local, path)
+
+
+@contextlib.contextmanager
 def local_copy(path: str) -> Iterator[str]:
     """`path` as a local directory to read: itself when it is local, else a temporary
     download of everything under it (deleted when the block ends)."""
     if not is_remote(path):
         yield path
         return
-    fs, bare = _fs(path)
     with tempfile.TemporaryDirectory(prefix="copy.") as tmp:
-        for found in fs.find(bare):
-            rel = posixpath.relpath(found, bare.rstrip("/"))
-            target = os.path.join(tmp, *rel.split("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fs.get_file(found, target)
-        yield tmp
+        yield download(path, tmp)
+
+
+def download(path: str, local: str) -> str:
+    """Copies every object under the URI `path` into the local directory `local` (made),
+    keeping their relative names; returns `local`."""
+    fs, bare = _fs(path)
+    os.makedirs(local, exist_ok=True)
+    for found in fs.find(bare):
+        rel = posixpath.relpath(found, bare.rstrip("/"))
+        target = os.path.join(local, *rel.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fs.get_file(found, target)
+    return local
+
+
+def cache_dir() -> str:
+    """Where `cached` keeps its downloads: $RLVR_CACHE, else ~/.cache/rlvr-jax."""
+    return os.environ.get("RLVR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "rlvr-jax")
+
+
+def cached(path: str) -> str:
+    """A local directory holding the files under `path`: `path` itself when it is local,
+    else a download kept in `cache_dir()`/objects/ under a name made of the URI and its
+    listing (each object's name, size and checksum), so a later call reuses it and a
+    changed bucket is downloaded anew (old copies stay until the cache is deleted).
+    Processes racing for one copy each download into their own folder; the first
+    rename wins. FileNotFoundError when nothing is under `path`."""
+    if not is_remote(path):
+        return path
+    fs, bare = _fs(path)
+    found = fs.find(bare, detail=True)
+    if not found:
+        raise FileNotFoundError(f"no files under {path}")
+    listing = sorted((posixpath.relpath(k, bare.rstrip("/")), v.get("size"),
+                      v.get("md5Hash") or v.get("crc32c") or v.get("ETag") or v.get("etag"))
+                     for k, v in found.items())
+    key = hashlib.sha256(json.dumps([path.rstrip("/"), listing]).encode()).hexdigest()[:20]
+    local = os.path.join(cache_dir(), "objects", key)
+    if os.path.isdir(local):
+        return local
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{key}.", dir=os.path.dirname(local))
+    try:
+        os.rename(download(path, partial), local)
+    except OSError:  # another process renamed its copy first
+        shutil.rmtree(partial, ignore_errors=True)
+    return local

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from typing import Any
 
 import jax
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
+from models import paths
 from models.config import ModelConfig
 from rl.analysis.scoring import FIELDS, ScoreOptions, check_pair, score_pair
 from rl.analysis.summary import completion_mask
@@ -37,14 +39,17 @@ class Policy:
 
 
 def load_policy(path: str, step: int | None = None, *, name: str = "",
-                dtype=None) -> Policy:
+                dtype=None, tmp: str | None = None) -> Policy:
     """A policy from a Hugging Face directory, or a training workdir: its Orbax
     checkpoint (the newest usable, or `step`) when it has `checkpoints/`, else its
     `final/` export. Its config computes in fp32 (stored weights keep their dtype
-    and are cast at use). Raises FileNotFoundError / CheckpointError with one line."""
+    and are cast at use). `path` may be a gs:// / s3:// URI (models.paths): Orbax
+    reads a checkpoint from the bucket, a Hugging Face directory is downloaded into
+    the local folder `tmp` first (a temporary one when None), where its tokenizer is
+    read from. Raises FileNotFoundError / CheckpointError with one line."""
 
     dtype = dtype or jnp.float32
-    if not os.path.isdir(path):
+    if not paths.isdir(path):
         raise FileNotFoundError(f"{path} is not a directory")
     orbax = build.checkpoint_dir(path)
     if orbax:
@@ -55,13 +60,14 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
                       run.tokenizer_dir, step)
     if step is not None:
         raise FileNotFoundError(f"a step was given but {path} has no checkpoints/")
-    if os.path.isdir(os.path.join(path, "final")):
-        path = os.path.join(path, "final")
-    if not os.path.isfile(os.path.join(path, "config.json")):
+    if paths.isdir(paths.join(path, "final")):
+        path = paths.join(path, "final")
+    if not paths.isfile(paths.join(path, "config.json")):
         raise FileNotFoundError(f"{path} has no config.json (expected a Hugging Face directory "
                                 "or a training workdir with checkpoints/ or final/)")
-    config, params = models.load_pretrained(path, dtype)
-    return Policy(name or _short(path), _fp32(config), params, path)
+    local = paths.download(path, tempfile.mkdtemp(dir=tmp)) if paths.is_remote(path) else path
+    config, params = models.load_pretrained(local, dtype)
+    return Policy(name or _short(path), _fp32(config), params, local)
 
 
 def _fp32(config: ModelConfig) -> ModelConfig:
@@ -72,6 +78,8 @@ def _fp32(config: ModelConfig) -> ModelConfig:
 
 def _short(path: str) -> str:
     """A report name for a directory: its last two path components (`demo/sft`)."""
+    if paths.is_remote(path):
+        return "/".join(path.rstrip("/").split("/")[-2:])
     parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
     return "/".join(parts[-2:])
 

@@ -24,7 +24,7 @@ import numpy as np
 
 import models
 import sampling
-from models import extras
+from models import extras, paths
 from rl.analysis import plots, report, sweeps
 from rl.analysis import summary as summary_lib
 from rl.analysis.pairs import Policy, Scored, check_pair, load_policy, score_rows
@@ -102,22 +102,25 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
          progress: Callable[[str], None] = print) -> Study:
     """The study of `cfg`'s data: prompts (its held-out split, else the training
     split), references and verifier, and the models at the paths `base`, `rl` and
-    `sft` (HF directories or training workdirs; `steps` their checkpoint steps).
+    `sft` (HF directories or training workdirs, local or gs:// / s3:// URIs,
+    downloaded into `tmp` where needed: `load_policy`; `steps` their checkpoint steps).
     With `updates`, an RL workdir's consecutive checkpoints are compared too
     (`run_study` loads them two at a time). The tokenizer is
     the RL model's. Raises one of `rl.train.build.ERRORS` with a one-line message."""
 
     for name, path in (("base", base), ("rl", rl), ("sft", sft)):
-        if (path or name != "sft") and not os.path.isdir(path or ""):
+        if (path or name != "sft") and not paths.isdir(path or ""):
             raise FileNotFoundError(f"the {name} model {path!r} is not a directory")
     if prompts < 1:
         raise ValueError(f"need at least one prompt, got {prompts}")
     run = build.resolve(cfg, tmp)
     progress(f"loading base {base}, rl {rl}" + (f", sft {sft}" if sft else ""))
-    policies = [load_policy(p, s) if p else None for p, s in zip((base, rl, sft), steps)]
+    policies = [load_policy(p, s, tmp=tmp) if p else None
+                for p, s in zip((base, rl, sft), steps)]
     for other in filter(None, policies[1:]):
         check_pair(policies[0].config, other.config)
-    tokenizer = models.load_tokenizer(policies[1].tokenizer_dir)
+    with paths.local_copy(policies[1].tokenizer_dir) as local:  # a run's may be in a bucket
+        tokenizer = models.load_tokenizer(local)
     if tokenizer.vocab_size > policies[1].config.vocab_size:
         raise ValueError(f"the tokenizer in {policies[1].tokenizer_dir} has "
                          f"{tokenizer.vocab_size} ids, more than the models' "

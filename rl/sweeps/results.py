@@ -34,13 +34,13 @@ and from DIR/runs/<name>/wall.json (written by launch.sweep):
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from models import extras
+from models import extras, paths
 from rl.sweeps.spec import run_dir
 from rl.train import logs
 
@@ -101,16 +101,14 @@ def add_wall(path: str, seconds: float, key: str = "attempts") -> dict:
     counts one more `key`; returns its content."""
     wall = read_wall(path) or {"seconds": 0.0, key: 0}
     wall = {"seconds": wall["seconds"] + float(seconds), key: wall.get(key, 0) + 1}
-    with open(path, "w") as f:
-        json.dump(wall, f)
+    paths.write_text(path, json.dumps(wall))
     return wall
 
 
 def read_wall(path: str) -> dict | None:
     """The content of a wall-time file, None when it does not exist."""
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(paths.read_text(path))
     except FileNotFoundError:
         return None
 
@@ -149,24 +147,23 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
               metrics: Sequence[str] = (), plot: bool = True) -> list[str]:
     """Writes DIR/results.csv, results.md, timing.md (and curves.png with `plot`) from
     the finished runs among `runs`, with a table (and panels) of `metrics`; returns the
-    paths written."""
+    paths written. `workdir` may be a bucket's URI (models.paths)."""
     rows, series = [], {}
     for run in runs:
-        path = os.path.join(run_dir(workdir, run), "metrics.jsonl")
-        if not os.path.exists(os.path.join(run_dir(workdir, run), "DONE")):
+        if not paths.exists(paths.join(run_dir(workdir, run), "DONE")):
             continue
-        records = logs.read(path)
-        wall = read_wall(os.path.join(run_dir(workdir, run), WALL_FILE)) or {}
+        records = logs.read(paths.join(run_dir(workdir, run), "metrics.jsonl"))
+        wall = read_wall(paths.join(run_dir(workdir, run), WALL_FILE)) or {}
         rows.append({"name": run["name"], "group": run["group"],
                      **run_numbers(records, target, metrics), "wall_s": wall.get("seconds")})
         series.setdefault(run["group"], []).append(logs.metric_records(records))
     written = []
-    csv_path = os.path.join(workdir, "results.csv")
-    with open(csv_path, "w", newline="") as f:
-        fields = ["name", "group", "steps", *DETERMINISTIC, *metrics, *TIMING]
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path, table = paths.join(workdir, "results.csv"), io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=["name", "group", "steps", *DETERMINISTIC,
+                                               *metrics, *TIMING])
+    writer.writeheader()
+    writer.writerows(rows)
+    paths.write_text(csv_path, table.getvalue())
     written.append(csv_path)
     head = [f"# {title or 'Sweep results'}", "",
             f"{len(rows)} of {len(runs)} runs finished; mean ± sample std over each group's "
@@ -187,12 +184,11 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
             results += ["", f"No run logged: {', '.join(missing)}."]
     for name, lines in (("results.md", results), ("timing.md", head + _timing(workdir, rows,
                                                                             target))):
-        path = os.path.join(workdir, name)
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        path = paths.join(workdir, name)
+        paths.write_text(path, "\n".join(lines) + "\n")
         written.append(path)
     if plot and rows:
-        written.append(plot_curves(os.path.join(workdir, "curves.png"), series, title,
+        written.append(plot_curves(paths.join(workdir, "curves.png"), series, title,
                                    metrics))
     return written
 
@@ -200,7 +196,7 @@ def summarize(workdir: str, runs: list[dict], *, target: float, title: str = "",
 def _timing(workdir: str, rows: list[dict], target: float) -> list[str]:
     """timing.md's lines after the header: the sweep's wall time, then per group the
     runs' process wall time (every attempt) and the part of it in training steps."""
-    sweep = read_wall(os.path.join(workdir, SWEEP_WALL_FILE))
+    sweep = read_wall(paths.join(workdir, SWEEP_WALL_FILE))
     runs_total = sum(row["wall_s"] or 0.0 for row in rows)
     lines = []
     if sweep:
@@ -264,6 +260,7 @@ def plot_curves(path: str, series: Mapping[str, list[list[dict]]], title: str = 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with paths.staged_file(path) as local:  # savefig writes local files only
+        fig.savefig(local, dpi=110)
     plt.close(fig)
     return path

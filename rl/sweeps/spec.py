@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import configs
+from models import paths
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED = ("name", "group")
@@ -112,4 +113,5 @@ def flag_value(value: Any) -> str:
 
 
 def run_dir(workdir: str, run: Mapping[str, Any]) -> str:
-    return os.path.join(workdir, "runs", run["name"])
+    """DIR/runs/<name> (a folder, or a URI in a bucket: models.paths)."""
+    return paths.join(workdir, "runs", run["name"])

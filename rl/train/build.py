@@ -107,10 +107,7 @@ def message(error: BaseException) -> str:
 
 
 def _tokenizer(cfg, workdir: str | None) -> tuple[Any, str]:
-    if paths.is_remote(cfg.model.hf_path):
-        raise ValueError(f"model.hf_path={cfg.model.hf_path}: the initial model is read from a "
-                         "local directory; copy it out of its bucket first")
-    path = cfg.data.tokenizer or cfg.model.hf_path
+    path = cfg.data.tokenizer or (cfg.model.hf_path and paths.cached(cfg.model.hf_path))
     if not path:
         path = paths.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
         if not workdir or multihost.is_primary():  # a shared workdir: one process writes
@@ -268,8 +265,9 @@ def _check_references(cfg, alg: Algorithm, train, heldout) -> None:
 def init_params(run: Run) -> Any:
     """The initial policy: `model.hf_path`'s weights, or a fresh init from `seed`."""
     cfg = run.cfg
-    if cfg.model.hf_path:
-        _, params = models.load_pretrained(cfg.model.hf_path, run.model_config.weight_dtype,
+    if cfg.model.hf_path:  # a bucket's: its local copy (models.paths.cached)
+        _, params = models.load_pretrained(paths.cached(cfg.model.hf_path),
+                                           run.model_config.weight_dtype,
                                            mesh=run.mesh, rules=run.rules)
         return params
     return sharding.init_sharded(run.model_config, jax.random.key(cfg.seed), run.mesh,

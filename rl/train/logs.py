@@ -240,10 +240,7 @@ def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
     ax.legend(loc="lower right")
     ax.set_title(title or paths.basename(paths.absolute(workdir)))
     fig.tight_layout()
-    with tempfile.TemporaryDirectory() as tmp:  # savefig writes local files only
-        local = out if not paths.is_remote(out) else os.path.join(tmp, "plot.png")
+    with paths.staged_file(out) as local:  # savefig writes local files only
         fig.savefig(local)
-        if local != out:
-            paths.copy_file(local, out)
     plt.close(fig)
     return out

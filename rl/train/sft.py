@@ -20,8 +20,8 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -193,17 +193,36 @@ def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any
     With `sft.shared_dir`, the warm start lives in SHARED/<fingerprint_key>/ instead
     (its sft directory, logs and, while it trains, checkpoints): the first run to need
     it trains it under a file lock, the others wait for the lock and load it, and its
-    checkpoints are deleted once the export is written (nothing resumes from them)."""
-    shared = run.cfg.sft.shared_dir
-    if not shared:
+    checkpoints are deleted once the export is written (nothing resumes from them).
+    A shared_dir in a bucket keeps its lock on this machine (`lock_path`)."""
+    home = warm_start_home(run, workdir)
+    if home == workdir:
         return _warm_start_in(workdir, run, params, stream)
-    home = os.path.join(shared, fingerprint_key(run))
-    os.makedirs(home, exist_ok=True)
-    with _locked(os.path.join(home, ".lock"), stream):
+    paths.makedirs(home)
+    with _locked(home, stream):
         out = _warm_start_in(home, run, params, stream)
         if multihost.is_primary():
-            shutil.rmtree(os.path.join(home, "sft_checkpoints"), ignore_errors=True)
+            paths.rmtree(paths.join(home, "sft_checkpoints"))
     return out
+
+
+def warm_start_home(run: Run, workdir: str) -> str:
+    """The folder whose sft/ holds the run's warm start: `workdir`, or with
+    `sft.shared_dir` SHARED/<fingerprint_key>."""
+    shared = run.cfg.sft.shared_dir
+    return paths.join(shared, fingerprint_key(run)) if shared else workdir
+
+
+def lock_path(home: str) -> str:
+    """The lock file of a shared warm start's folder: in it when it is local, else (object
+    storage has no locks) in this machine's temporary folder, named by the folder's URI:
+    it orders the runs of one machine (a sweep's), not runs on different machines."""
+    if not paths.is_remote(home):
+        return os.path.join(home, ".lock")
+    name = hashlib.sha256(home.encode()).hexdigest()[:16]
+    directory = os.path.join(tempfile.gettempdir(), "rlvr-warm-start-locks")
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f"{name}.lock")
 
 
 def _warm_start_in(workdir: str, run: Run, params: Any, stream) -> tuple[Any, dict, bool]:
@@ -224,14 +243,14 @@ def _warm_start_in(workdir: str, run: Run, params: Any, stream) -> tuple[Any, di
 
 
 @contextlib.contextmanager
-def _locked(path: str, stream):
-    """An exclusive lock on the file `path` (released when the process dies), saying so
-    when another process holds it."""
-    with open(path, "a") as f:
+def _locked(home: str, stream):
+    """An exclusive lock on the shared warm start `home` (its `lock_path`, released when
+    the process dies), saying so when another process holds it."""
+    with open(lock_path(home), "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"waiting for {os.path.dirname(path)}: another run is training this warm "
+            print(f"waiting for {home}: another run is training this warm "
                   "start", file=stream or sys.stdout, flush=True)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:

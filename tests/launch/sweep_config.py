@@ -1,6 +1,10 @@
 """A 2-run × 2-step sweep for tests/launch/test_sweep.py.
 
     python -m launch.sweep --config=tests/launch/sweep_config.py --workdir=DIR
+    python -m launch.sweep --config=tests/launch/sweep_config.py:sft --workdir=DIR
+
+`:sft`: each run starts from a 2-step supervised warm start, the same for both runs:
+trained once in DIR/warm_starts (sft.shared_dir), loaded by the other run.
 """
 
 import configs
@@ -12,8 +16,10 @@ METRICS = ("learner/entropy", "frac_reward_zero_std")  # results.md's second tab
 
 
 def get_config(arg: str | None = None):
-    del arg
     cfg = very_small(base.build("tiny"))
+    if arg == "sft":
+        cfg.train.warm_start = "sft"
+        cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 2, 8, 0
     cfg.train.steps, cfg.train.eval_every = 2, 1
     cfg.train.plot = cfg.train.tensorboard = False
     cfg.rl.reward.name = "format"  # a digit anywhere: rewards vary within a group

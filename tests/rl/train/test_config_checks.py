@@ -28,8 +28,6 @@ BAD = [
     ({"sft.steps": 0}, "sft.steps must be > 0"),
     ({"sft.batch_size": 0}, "sft.batch_size must be > 0"),
     ({"sft.weight_decay": -1.0}, "sft.weight_decay must be >= 0"),
-    ({"sft.shared_dir": "gs://b/w"}, "sft.shared_dir=gs://b/w is on object storage, which has"),
-    ({"model.hf_path": "gs://b/m"}, "model.hf_path=gs://b/m: the initial model is read from a"),
     ({"train.eval_every": -1}, "train.eval_every must be >= 0"),
     ({"train.export_every": -2}, "train.export_every must be >= 0"),
     ({"checkpoint.keep": 0}, "checkpoint.keep must be > 0"),
