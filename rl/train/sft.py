@@ -83,8 +83,9 @@ class SFTJob:
                              f"{s.batch_size}")
         self.run_, self.section, self.total_steps = run, s, s.steps
         warmup = min(s.warmup_steps, s.steps - 1)
-        self.schedule = optax.warmup_cosine_decay_schedule(0.0, s.lr, max(warmup, 1), s.steps,
-                                                           end_value=s.lr * 0.1)
+        # optax needs a decay of >= 1 step after the warmup (sft.steps=1 has none)
+        self.schedule = optax.warmup_cosine_decay_schedule(
+            0.0, s.lr, max(warmup, 1), max(s.steps, max(warmup, 1) + 1), end_value=s.lr * 0.1)
         optimizer = optax.adamw(self.schedule, weight_decay=s.weight_decay,
                                 mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
         if s.grad_clip:
