@@ -72,6 +72,15 @@ def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.n
     return seqs.learner_inputs()
 
 
+def learning_rate(s) -> optax.Schedule:
+    """The `sft` section's schedule: linear warmup from 0 over min(warmup_steps, steps - 1)
+    steps (at least 1), then cosine decay to lr / 10 at `steps` (optax needs >= 1 step of
+    decay: a 1-step run decays over a step it never takes)."""
+    warmup = max(min(s.warmup_steps, s.steps - 1), 1)
+    return optax.warmup_cosine_decay_schedule(0.0, s.lr, warmup, max(s.steps, warmup + 1),
+                                              end_value=s.lr * 0.1)
+
+
 class SFTJob:
     """The supervised warm start as an `rl.checkpoint.loop` job (resume, rollback, preemption);
     its checkpoints go to DIR/sft_checkpoints and must match its `fingerprint`."""
@@ -82,10 +91,7 @@ class SFTJob:
             raise ValueError(f"sft.steps and sft.batch_size must be >= 1, got {s.steps}, "
                              f"{s.batch_size}")
         self.run_, self.section, self.total_steps = run, s, s.steps
-        warmup = min(s.warmup_steps, s.steps - 1)
-        # optax needs a decay of >= 1 step after the warmup (sft.steps=1 has none)
-        self.schedule = optax.warmup_cosine_decay_schedule(
-            0.0, s.lr, max(warmup, 1), max(s.steps, max(warmup, 1) + 1), end_value=s.lr * 0.1)
+        self.schedule = learning_rate(s)
         optimizer = optax.adamw(self.schedule, weight_decay=s.weight_decay,
                                 mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
         if s.grad_clip:
