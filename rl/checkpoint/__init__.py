@@ -1,6 +1,8 @@
 """Fault tolerance in two tiers, and the step loop that uses them.
 
   rl.checkpoint.persistent  Orbax checkpoints of a run's full state, resumed exactly
+  rl.checkpoint.trees       what it stores of a state: key data for PRNG keys, host arrays
+                            apart from the JSON, the checksums a restore compares
   rl.checkpoint.storage     its errors: a failed write's storage cause on one line, the
                             free space a checkpoint needs, Orbax's logging kept quiet
   rl.checkpoint.snapshot    in-memory snapshots on the host, for rollback

@@ -35,18 +35,16 @@ checkpoint and fault sections).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sys
 import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from models import multihost, paths
+from models import paths
 from rl.checkpoint.storage import (
     SPACE_MARGIN,
     CheckpointError,
@@ -57,10 +55,19 @@ from rl.checkpoint.storage import (
     size_text,
     storage_problem,
 )
+from rl.checkpoint.trees import (  # noqa: F401  (re-exported: the format's pieces)
+    ARRAY_KEY,
+    abstract,
+    checksums,
+    host_checksums,
+    join_host,
+    split_host,
+    storable,
+    unstorable,
+)
 
 FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
 READABLE_FORMATS = (1, 2)
-ARRAY_KEY = "__array__"
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"  # a finished step on object storage (no renames there)
 # Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
@@ -70,85 +77,6 @@ RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export
              "sft.eval_every", "sft.shared_dir", "mesh.", "checkpoint.", "fault.",
              "compilation_cache",
              "rl.reference.offload", "cpu_xla_flags")
-
-
-# -- arrays -----------------------------------------------------------------------------------
-def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def storable(tree: Any) -> Any:
-    """`tree` with typed PRNG keys replaced by their uint32 key data (what Orbax and
-    host copies hold)."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
-
-
-def unstorable(tree: Any, template: Any) -> Any:
-    """Inverse of `storable`: wraps key data back into keys where `template` has keys."""
-    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x, impl=jax.random.key_impl(t))
-                        if _is_key(t) else x, tree, template)
-
-
-def abstract(tree: Any) -> Any:
-    """ShapeDtypeStructs (with shardings) of `storable(tree)`: Orbax's restore target."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                        storable(tree))
-
-
-def split_host(host: Any) -> tuple[Any, dict[str, np.ndarray]]:
-    """(the host state with each NumPy array replaced by {ARRAY_KEY: key}, {key: array})."""
-    arrays: dict[str, np.ndarray] = {}
-
-    def walk(x):
-        if isinstance(x, np.ndarray):
-            key = str(len(arrays))
-            arrays[key] = x
-            return {ARRAY_KEY: key}
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [walk(v) for v in x]
-        return x
-
-    return walk(host), arrays
-
-
-def join_host(skeleton: Any, arrays: dict[str, np.ndarray]) -> Any:
-    """Inverse of `split_host`."""
-    if isinstance(skeleton, dict):
-        if set(skeleton) == {ARRAY_KEY}:
-            return np.asarray(arrays[skeleton[ARRAY_KEY]])
-        return {k: join_host(v, arrays) for k, v in skeleton.items()}
-    if isinstance(skeleton, list):
-        return [join_host(v, arrays) for v in skeleton]
-    return skeleton
-
-
-def host_checksums(arrays: dict[str, np.ndarray]) -> dict[str, str]:
-    """A SHA-256 prefix of each host array's dtype, shape and bytes."""
-    return {k: hashlib.sha256(f"{a.dtype}{a.shape}".encode()
-                              + np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
-            for k, a in arrays.items()}
-
-
-def _leaf_checksum(x: jax.Array) -> jax.Array:
-    """uint32 position-weighted sum of a leaf's bits (wraps around)."""
-    if x.dtype == jnp.bool_:
-        bits = x.astype(jnp.uint32)
-    else:
-        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
-        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
-    bits = bits.reshape(-1)
-    weights = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)
-    return jnp.sum(bits * weights, dtype=jnp.uint32)
-
-
-_checksums = jax.jit(lambda tree: [_leaf_checksum(x) for x in jax.tree.leaves(tree)])
-
-
-def checksums(tree: Any) -> list[int]:
-    """One uint32 per array leaf of `storable(tree)`: detects any changed bit."""
-    return [int(c) for c in multihost.to_host(_checksums(storable(tree)))]
 
 
 # -- configs ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ A rerun with one more step resumes from the two processes' Orbax checkpoint.
 
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -24,6 +25,7 @@ from safetensors.numpy import load_file
 from rl.train import logs
 from tests import subprocess_env
 from tests.launch import processes
+from tests.launch.conftest import TWO_PROCESS_FLAT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
@@ -53,11 +55,16 @@ def two_processes(variant: str, workdir, *args: str) -> list[subprocess.Complete
     return processes.two_processes(f"{CONFIG}:{variant}", workdir, *args)
 
 
+@pytest.mark.xdist_group(TWO_PROCESS_FLAT)
 @pytest.mark.parametrize("variant", ["flat", "tree"])
-def test_two_processes_equal_one(tmp_path, variant):
+def test_two_processes_equal_one(tmp_path, variant, request):
     single, multi = tmp_path / "one", tmp_path / "two"
     one_process(variant, single)
-    first, second = two_processes(variant, multi)
+    if variant == "flat":  # the run the reshard test restores too (tests/launch/conftest.py)
+        shared, (first, second) = request.getfixturevalue("two_process_flat")
+        shutil.copytree(shared, multi)
+    else:
+        first, second = two_processes(variant, multi)
 
     # process 0 alone writes the console and the files
     assert "model: tiny" in first.stdout and "heldout_accuracy:" in first.stdout

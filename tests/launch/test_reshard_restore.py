@@ -30,19 +30,20 @@ from safetensors.numpy import load_file
 from models import hf_io, sharding
 from rl.checkpoint import persistent
 from rl.train import logs
-from tests.launch.test_multiprocess import TOLERANCE, one_process, two_processes
+from tests.launch.conftest import TWO_PROCESS_FLAT
+from tests.launch.test_multiprocess import TOLERANCE, one_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(TWO_PROCESS_FLAT)]
 
 # name: (devices of the process, data, fsdp); tensor = 1
 MESHES = {"1x8": (8, 1, 8), "8x1": (8, 8, 1), "one device": (1, 1, 1)}
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """The workdir of the 2-process run: checkpoints 2 and 3 and the step-3 export."""
-    workdir = tmp_path_factory.mktemp("reshard") / "saved"
-    two_processes("flat", workdir)
+def saved(two_process_flat):
+    """The workdir of the 2-process run (tests/launch/conftest.py): checkpoints 2 and 3 and
+    the step-3 export."""
+    workdir, _ = two_process_flat
     assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "3"]
     return workdir
 
