@@ -107,6 +107,13 @@ ACCELERATORS: dict[str, int] = {
     "h100-80gb": 81_559 * MiB, "h200-141gb": 143_771 * MiB,
     "cpu": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),  # this host's RAM
 }
+# Peak dense bf16 FLOP/s and HBM bandwidth (bytes/s) per TPU chip, from the Cloud TPU
+# system architecture pages (tpu/docs/v4, v5e, v5p, v6e): 275 TFLOP/s and 1,200 GB/s;
+# 197 and 819; 459 and 2,765; 918 and 1,640. `launch.compile`'s step-time lower bound.
+PEAKS: dict[str, tuple[float, float]] = {
+    "tpu-v4": (275e12, 1200e9), "tpu-v5e": (197e12, 819e9), "tpu-v5p": (459e12, 2765e9),
+    "tpu-v6e": (918e12, 1640e9),
+}
 PERSISTENT = ("params", "optimizer", "reference")
 SAMPLER = ("kv_pool", "decode_weights", "prefill")
 LEARNER = ("gradients", "activations", "update")
