@@ -16,19 +16,24 @@ settings on the slice's devices (`launch.compile.on_slice`), plans the step
   decode temps planner kv_pool - pages + decode_weights vs decode's temps         [KV]
 
 Rows marked [KV] move when the pool's sharding changes: re-run them after such a change
-(`--rows`). Each 7B row compiles for minutes on a 2-core machine.
+(`--recompile=prefill,decode`). Each 7B row compiles for minutes on a 2-core machine, so
+each row's compiled figures are kept in `--cache` (one JSON file per row) and a re-run
+compiles only the programs missing there.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import sys
 import tempfile
 
 from configs import base
 from launch import compile as compile_lib
 from launch import topology
-from rl.train import memory_plan
+from rl.train import memory_plan, programs
 
 # (preset, slice, mesh data/fsdp/tensor, prompts_per_step): bf16 params and compute,
 # remat full, 8 samples of 64 tokens per prompt, 64-token prompts
@@ -81,14 +86,32 @@ def compare(run, plan, figures) -> dict[str, tuple[int, int | None]]:
     }
 
 
-def row(index: int) -> list[str]:
+def figures_of(run, path: str, recompile=()) -> dict:
+    """{program: Figures or str} of the row, compiling only those `path` (JSON) lacks or
+    `recompile` names; writes them back."""
+    cached = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            cached = {k: v if isinstance(v, str) else compile_lib.Figures(**v)
+                      for k, v in json.load(f).items() if k not in recompile}
+    missing = [p for p in programs.PROGRAMS if p not in cached]
+    if missing:
+        cached |= compile_lib.compile_step(run, PROMPT_LEN, names=missing)
+        with open(path, "w") as f:
+            json.dump({k: v if isinstance(v, str) else dataclasses.asdict(v)
+                       for k, v in cached.items()}, f, indent=1)
+    return {p: cached[p] for p in programs.PROGRAMS}
+
+
+def row(index: int, cache: str, recompile=()) -> list[str]:
     preset, name, mesh, prompts = ROWS[index]
     slice_ = topology.parse(name)
     topology.quiet_libtpu(slice_)
     with tempfile.TemporaryDirectory() as tmp:
         run = compile_lib.on_slice(config(preset, mesh, prompts), slice_, tmp)
         plan = memory_plan.plan(run, prompt_len=PROMPT_LEN)
-        figures = compile_lib.compile_step(run, PROMPT_LEN)
+        figures = figures_of(run, os.path.join(cache, f"{preset}_{name}_"
+                                               f"{'x'.join(map(str, mesh))}.json"), recompile)
     kind = ("DP" if mesh[1] == mesh[2] == 1 else "FSDP" if mesh[2] == 1 else "FSDP×TP")
     lines = []
     for term, (planned, compiled) in compare(run, plan, figures).items():
@@ -105,13 +128,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(map(str, range(len(ROWS)))))
     parser.add_argument("--out", default=None)
+    parser.add_argument("--cache", default="/tmp/compile_table",
+                        help="directory of each row's compiled figures (JSON)")
+    parser.add_argument("--recompile", default="",
+                        help="programs to compile again even when cached, e.g. prefill,decode")
     args = parser.parse_args()
+    os.makedirs(args.cache, exist_ok=True)
     import jax  # noqa: PLC0415 - after the flags: a bad flag costs no backend
     jax.config.update("jax_platforms", "cpu")
     out = ["| model | slice | mesh (data×fsdp×tensor) | term | planner | XLA | planner off |",
            "|---|---|---|---|---|---|---|"]
     for index in (int(i) for i in args.rows.split(",")):
-        out += row(index)
+        out += row(index, args.cache, tuple(filter(None, args.recompile.split(","))))
         print("\n".join(out[-len(TERMS):]), file=sys.stderr, flush=True)
     text = "\n".join(out)
     print(text)

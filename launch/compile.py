@@ -92,11 +92,13 @@ def on_slice(cfg, slice_: topology.Slice, workdir: str):
                                act=sharding.ActivationSharding(mesh, run_.rules))
 
 
-def compile_step(run_, prompt_len: int | None = None, stream=sys.stderr):
-    """{program: Figures, or XLA's one-line refusal (str) when it does not fit}."""
+def compile_step(run_, prompt_len: int | None = None, stream=sys.stderr,
+                 names=programs.PROGRAMS):
+    """{program: Figures, or XLA's one-line refusal (str) when it does not fit}, for the
+    programs in `names`."""
     out = {}
     start = time.perf_counter()
-    for name, lowered in programs.lower_step(run_, prompt_len).items():
+    for name, lowered in programs.lower_step(run_, prompt_len, names).items():
         print(f"compiling {name} ...", file=stream, flush=True)
         try:
             out[name] = Figures.of(lowered.compile())

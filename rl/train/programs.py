@@ -116,20 +116,27 @@ def _sampler_layout(run, prompt_len: int):
     return layout, pool.num_pages, source, r, pages, (segments - 1) * seg, seg
 
 
-def lower_step(run, prompt_len: int | None = None) -> dict[str, jax.stages.Lowered]:
-    """{program: Lowered} of one RL step on `run.mesh` (module docstring). `prompt_len`:
-    the prompts' length (default: the longest of the first train prompts, as the
-    memory plan scans them). Only the flat sampler's programs are built."""
+def lower_step(run, prompt_len: int | None = None,
+               names=PROGRAMS) -> dict[str, jax.stages.Lowered]:
+    """{program: Lowered} of one RL step on `run.mesh` (module docstring), for the
+    programs in `names`. `prompt_len`: the prompts' length (default: the longest of the
+    first train prompts, as the memory plan scans them). Only the flat sampler's programs
+    are built."""
     if run.tree is not None:
         raise ValueError("the compiled programs cover the flat sampler only "
                          "(sampling.sampler=flat); the tree sampler's are not built")
     lp = prompt_len if prompt_len is not None else memory_plan.longest_prompt(run)
     learner = make_learner(run)
     state = abstract_state(run, learner)
-    out = {"update": learner.train_step.lower(state, abstract_batch(run, learner, lp)),
-           "score": learner.score.lower(state.params, abstract_batch(
-               run, learner, lp, ("prompts", "prompt_lens", "completion")))}
-    return out | _lower_sampler(run, state.params, lp)
+    out = {}
+    if "update" in names:
+        out["update"] = learner.train_step.lower(state, abstract_batch(run, learner, lp))
+    if "score" in names:
+        out["score"] = learner.score.lower(state.params, abstract_batch(
+            run, learner, lp, ("prompts", "prompt_lens", "completion")))
+    if "prefill" in names or "decode" in names:
+        out |= _lower_sampler(run, state.params, lp)
+    return {name: out[name] for name in PROGRAMS if name in names}
 
 
 def _lower_sampler(run, params, lp: int) -> dict[str, jax.stages.Lowered]:
