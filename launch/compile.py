@@ -10,9 +10,13 @@ and the config's mesh, every program of an RL step (`rl.train.programs`: update,
 prefill, decode) and prints, per device, what XLA allocates for each: arguments, outputs,
 aliased (donated inputs reused as outputs), temporaries, total = arguments + outputs -
 aliased + temporaries against the chip's HBM; the FLOPs and bytes XLA's cost analysis
-counts (a loop body, e.g. the layer scan or a decode step, counted once: a floor) and
-the time bound max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) from them
-(`rl.train.memory_plan.PEAKS`). Progress goes to stderr. Nothing runs on a device.
+counts and the time bound max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) from them
+(`rl.train.memory_plan.PEAKS`). XLA's cost analysis counts the body of every loop once,
+whatever its trip count: one layer of the layer scan, one minibatch (the update's scan
+over epochs × minibatches), one logits block (`train.logits_chunk`) and one decode step
+(the decode's while loop). So these three columns are per loop iteration, floors of a
+step's work, not its totals (a 28-layer model's update does about 28 times the layer
+work counted). Progress goes to stderr. Nothing runs on a device.
 
 Exit status: 0 when every program fits, 1 when one does not (the last line on stderr
 names each that does not and by how much: over the HBM, or refused by XLA's own
@@ -45,6 +49,10 @@ _HBM = flags.DEFINE_float(
 _PROMPT_LEN = flags.DEFINE_integer(
     "prompt_len", None, "Prompt tokens to compile for (default: the longest of the first "
     "256 train prompts, as launch.plan).", lower_bound=1)
+
+
+LOOP_NOTE = ("* XLA's cost analysis: each loop body counted once (one layer, one minibatch, "
+             "one logits block, one decode step), not a step's total")
 
 
 @dataclasses.dataclass
@@ -113,7 +121,7 @@ def compile_step(run_, prompt_len: int | None = None, stream=sys.stderr,
 def table(figures: dict, accelerator: str, hbm: int) -> str:
     """The per-program figures as an aligned table."""
     rows = [("program", "arguments", "outputs", "aliased", "temps", "total", "of HBM",
-             "GFLOP", "GB accessed", "bound")]
+             "GFLOP*", "GB accessed*", "bound*")]
     for name, f in figures.items():
         if isinstance(f, str):
             rows.append((name, "refused by XLA:", f, "", "", "", "", "", "", ""))
@@ -163,6 +171,7 @@ def main(argv):
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
     print(table(figures, slice_.accelerator, hbm))
+    print(LOOP_NOTE)
     bad = failures(figures, slice_, hbm)
     if bad:
         print(f"error: does not fit {slice_.name}: {'; '.join(bad)}", file=sys.stderr)
