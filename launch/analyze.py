@@ -28,7 +28,7 @@ from absl import flags
 
 from launch import runtime
 from launch.common import default_config_path, define_config_flag, define_workdir_flag, run
-from models import extras
+from models import extras, paths
 from rl.analysis import study as study_lib
 from rl.analysis.study import Settings
 from rl.train import build
@@ -89,6 +89,11 @@ def main(argv):
     runtime.configure_xla(cfg.cpu_xla_flags)
     with tempfile.TemporaryDirectory() as tmp:
         try:
+            for name, value in (("workdir", _WORKDIR.value), ("base", _BASE.value),
+                                ("rl", _RL.value), ("sft", _SFT.value)):
+                if paths.is_remote(value or ""):
+                    raise ValueError(f"--{name} {value}: launch.analyze reads and writes local "
+                                     "folders only; copy the run from its bucket first")
             if _SAMPLES.value < 1:
                 raise ValueError(f"--samples must be >= 1, got {_SAMPLES.value}")
             if _MAX_NEW.value is not None and _MAX_NEW.value < 1:

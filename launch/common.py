@@ -10,7 +10,10 @@ Stopping: during training steps, SIGTERM / Ctrl-C checkpoint the run
 Before the steps start they end the program with one line on stderr (exit
 status 143 / 130), not a traceback. A run stopped by repeated failed steps
 (`rl.checkpoint.loop.RunStopped`) or by storage that cannot be written (a full disk:
-one line naming the cause) exits 1; an unusable checkpoint exits 2.
+one line naming the cause) exits 1; an unusable checkpoint exits 2. A process of a
+multi-process run whose peer is gone (`rl.checkpoint.agreement.PeerLost`) exits 1 with
+one line at once, skipping JAX's exit-time shutdown barrier (it would wait for the lost
+process until a timeout, then abort with pages of logs).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import functools
 import json
 import logging as pylogging
 import os
-import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +36,9 @@ import configs
 import models
 from configs import variants
 from launch import distributed, runtime
-from models import multihost
+from models import extras, multihost, paths
 from rl.checkpoint import persistent
+from rl.checkpoint.agreement import PeerLost
 from rl.checkpoint.loop import RunStopped
 from rl.checkpoint.persistent import CheckpointError, WriteError
 from rl.checkpoint.preemption import Preempted
@@ -165,6 +169,10 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
         except Preempted as e:
             print(f"\n{e}", file=sys.stderr)
             sys.exit(e.exit_code)
+        except PeerLost as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1)  # not sys.exit: atexit (jax.distributed.shutdown) waits for the lost one
         except RunStopped as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
@@ -225,11 +233,11 @@ def start_fresh(workdir: str) -> list[str]:
     """Deletes a previous run's outputs in `workdir` (`RUN_OUTPUTS`); returns them."""
     removed = []
     for name in RUN_OUTPUTS:
-        path = os.path.join(workdir, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)
+        path = paths.join(workdir, name)
+        if paths.isdir(path):
+            paths.rmtree(path)
+        elif paths.exists(path):
+            paths.remove(path)
         else:
             continue
         removed.append(name)
@@ -242,10 +250,10 @@ def check_resume(run_, workdir: str, *, for_sft: bool) -> None:
     (exit 0) when the RL checkpoints are already at `train.steps`, printing so."""
     cfg = run_.cfg
     if for_sft or cfg.train.warm_start == "sft":
-        persistent.check_resume(os.path.join(workdir, "sft_checkpoints"), sft.fingerprint(run_))
+        persistent.check_resume(paths.join(workdir, "sft_checkpoints"), sft.fingerprint(run_))
     if for_sft:
         return
-    meta = persistent.check_resume(os.path.join(workdir, "checkpoints"), cfg)
+    meta = persistent.check_resume(paths.join(workdir, "checkpoints"), cfg)
     steps = cfg.train.steps
     if meta is None or meta["step"] is None or meta["step"] < steps:
         return
@@ -275,7 +283,7 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
         run_ = build.resolve(cfg, workdir, for_sft=for_sft)
         if logs:
             build.check_log_extras(cfg)
-        if fresh and os.path.isdir(workdir) and multihost.is_primary():
+        if fresh and paths.isdir(workdir) and multihost.is_primary():
             removed = start_fresh(workdir)
             if removed:
                 print(f"--fresh: deleted {', '.join(removed)} in {workdir}")
@@ -285,10 +293,10 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
         if resume and init and not for_sft:  # an RL run: does its step fit the devices?
             memory_plan.preflight(run_)  # prints the plan; refuses in one line
         runtime.enable_compilation_cache(cfg.compilation_cache)
-        os.makedirs(workdir, exist_ok=True)
+        paths.makedirs(workdir)
         if multihost.is_primary():
-            with open(os.path.join(workdir, "config.json"), "w") as f:
-                json.dump(cfg.to_dict(), f, indent=2, default=str)
+            paths.write_text(paths.join(workdir, "config.json"),
+                             json.dumps(cfg.to_dict(), indent=2, default=str))
         for warning in checks.warnings(cfg):
             print(f"warning: {warning}", file=sys.stderr)
         if cfg.fault.enabled:
@@ -302,7 +310,11 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
 
 def check_writable(workdir: str) -> None:
     """ValueError (one line) when `workdir` is not a directory this process can create
-    and write files in."""
+    and write files in: a local path, or a gs:// / s3:// URI (a missing bucket, no
+    credentials or a missing client package fail here, before any compute)."""
+    if paths.is_remote(workdir):
+        _check_remote(workdir)
+        return
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"--workdir {workdir} exists and is not a directory")
     probe = os.path.join(workdir, f".write_test.{os.getpid()}")
@@ -313,6 +325,25 @@ def check_writable(workdir: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise ValueError(f"cannot write in --workdir {workdir}: {e.strerror or e}") from None
+
+
+def _check_remote(workdir: str) -> None:
+    """`check_writable` of an object-storage URI: writes, reads back and deletes a probe."""
+    if len(workdir.rstrip("/")) <= len("gs://") or paths.isfile(workdir):
+        raise ValueError(f"--workdir {workdir} is not a folder in a bucket "
+                         "(expected gs://BUCKET/PATH or s3://BUCKET/PATH)")
+    probe = paths.join(workdir, f".write_test.{socket.gethostname()}.{os.getpid()}")
+    try:
+        paths.write_text(probe, "ok")
+        if paths.read_text(probe) != "ok":
+            raise OSError("what was written does not read back")
+        paths.remove(probe)
+    except extras.MissingExtra:
+        raise
+    except Exception as e:  # noqa: BLE001 - each client raises its own kinds
+        cause = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ValueError(f"cannot write in --workdir {workdir}: {type(e).__name__}: "
+                         f"{cause}") from None
 
 
 def print_heldout(summary: dict) -> None:

@@ -19,7 +19,6 @@ accuracy, pass@k for each k in `eval.k` (unbiased, from `eval.n` samples at
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 
@@ -28,6 +27,7 @@ from absl import flags
 
 from launch import runtime
 from launch.common import default_config_path, define_config_flag, prepare, run
+from models import paths
 from rl.train import build, evaluation
 
 _CONFIG = define_config_flag("demo.py")
@@ -55,14 +55,16 @@ def main(argv):
         stored.eval, stored.seed = cfg.eval, cfg.seed
         cfg = stored
     elif path:
-        if os.path.isdir(os.path.join(path, "final")):
-            path = os.path.join(path, "final")
-        if not os.path.isfile(os.path.join(path, "config.json")):
+        if paths.isdir(paths.join(path, "final")):
+            path = paths.join(path, "final")
+        if not paths.isfile(paths.join(path, "config.json")):
             print(f"error: checkpoint {path} has no config.json (expected a Hugging Face "
                   "directory or a training workdir with final/)", file=sys.stderr)
             sys.exit(2)
-        cfg.model.hf_path = path
-    with tempfile.TemporaryDirectory() as tmp:
+    hf_dir = path if path and not orbax else None  # a Hugging Face directory
+    with tempfile.TemporaryDirectory() as tmp, paths.local_copy(hf_dir or tmp) as local:
+        if hf_dir:  # downloaded first when it is remote
+            cfg.model.hf_path = local
         run_, params = prepare(cfg, tmp, logs=False, resume=False, init=not orbax)
         if orbax:
             try:
@@ -79,8 +81,7 @@ def main(argv):
     for key, value in metrics.items():
         print(f"{key}: {value:.4f}")
     if _OUTPUT.value:
-        with open(_OUTPUT.value, "w") as f:
-            json.dump(metrics, f, indent=2)
+        paths.write_text(_OUTPUT.value, json.dumps(metrics, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ directory: an export never overwrites a run's files.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import flags
@@ -22,6 +21,7 @@ from absl import flags
 from configs.base import CPU_XLA_FLAGS
 from launch import runtime
 from launch.common import run
+from models import paths
 from rl.train import build
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir (or its checkpoints/ "
@@ -38,21 +38,21 @@ def main(argv):
 
     runtime.configure_xla(CPU_XLA_FLAGS)  # before reading the checkpoint starts JAX
     workdir = _WORKDIR.value
-    directory = (os.path.join(workdir, "sft_checkpoints") if _SFT.value
+    directory = (paths.join(workdir, "sft_checkpoints") if _SFT.value
                  else build.checkpoint_dir(workdir))
-    if directory is None or not os.path.isdir(directory):
+    if directory is None or not paths.isdir(directory):
         print(f"error: {workdir} has no Orbax checkpoints (expected {workdir}/checkpoints/<step>)",
               file=sys.stderr)
         sys.exit(2)
     out = _OUT.value
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
         print(f"error: --out {out} exists and is not an empty directory: an export writes a "
               "new directory and never overwrites (a run's workdir, its final/ or sft/ "
               "included); name a new one", file=sys.stderr)
         sys.exit(2)
     try:
         cfg = build.config_from_checkpoint(directory, _STEP.value)
-        run_ = build.resolve(cfg, os.path.dirname(os.path.abspath(directory)))
+        run_ = build.resolve(cfg, paths.dirname(paths.absolute(directory)))
         step, params = build.checkpoint_params(run_, directory, _STEP.value)
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)

@@ -15,9 +15,13 @@
 # i.e. the command once on every node of the allocation (which decides the nodes
 # and GPUs there: --nodes/--gpus-per-node/--partition/--time apply only to the
 # submission), each node's output in its own file (%t: the node's rank), and
-# exits with srun's status (the highest of the nodes'). Each process sees its
-# node's GPUs; jax.distributed.initialize() reads the SLURM_* variables srun
-# sets (coordinator, process count and index), so no addresses are passed.
+# exits with srun's status (the highest of the nodes'). The step asks for no
+# GPUs of its own, so each node's one process gets all the job's GPUs there
+# (srun's default), and uses them all: launch/distributed.py passes them to
+# jax.distributed.initialize as local_device_ids (JAX alone would give each
+# process only GPU SLURM_LOCALID, i.e. GPU 0), which reads the rest from the
+# SLURM_* variables srun sets (coordinator, process count and index), so no
+# addresses are passed.
 # Submit from the repository root with its environment active (the job inherits
 # the current directory and environment), and use a --workdir on a file system
 # every node shares. sbatch's own variables (SBATCH_ACCOUNT, SBATCH_QOS,

@@ -40,7 +40,7 @@ import time
 from absl import app, flags
 
 from launch.common import load_config_file
-from models import extras
+from models import extras, paths
 from rl import sweeps
 from rl.train import logs
 
@@ -126,6 +126,10 @@ class Pool:
 def _load():
     """(the sweep, its target) from the flags; exits 2 with one line when it is bad."""
     try:
+        if paths.is_remote(_WORKDIR.value):
+            raise ValueError(f"--workdir {_WORKDIR.value}: a sweep's workdir must be a local "
+                             "(or shared-disk) folder: its runs share warm starts through file "
+                             "locks and log through pipes; copy it to a bucket afterwards")
         sweep = sweeps.load(_CONFIG.value)
         sweeps.check_keys(load_config_file(_CONFIG.value), sweep.runs)
         if not _DRY_RUN.value:

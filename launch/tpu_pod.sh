@@ -17,7 +17,13 @@
 # The checkout must already be on every worker, e.g.
 #   gcloud compute tpus tpu-vm ssh NAME --zone=ZONE --worker=all \
 #       --command='git clone https://github.com/OWNER/rlvr-jax ~/rlvr-jax'
-# Use a --workdir every worker can write and read back (gs://..., or a shared disk).
+# The workdir is on object storage by default: TPU VMs have no shared disk, and
+# every worker must write into and resume from the same checkpoints (a local path
+# would give each worker its own copy, and a restarted pod could not resume). A
+# launch.train or launch.sft command without --workdir gets
+# --workdir=gs://BUCKET/RUN_ID (--bucket); one with a local --workdir is refused
+# unless --shared-disk says that path is a disk every worker mounts. To resume a
+# run whose workdir came from --bucket, rerun with the same TPU_POD_RUN_ID.
 #
 # Options (each also settable by the environment variable after it):
 #   --tpu NAME      TPU VM name (required)                            TPU_POD_NAME
@@ -27,9 +33,13 @@
 #                   relative paths are relative to the remote home)
 #   --setup         first run SETUP_CMD in REPO on every worker       TPU_POD_SETUP=1
 #                   (default: python3 -m venv .venv && .venv/bin/pip install -U pip
-#                   && .venv/bin/pip install -e ".[tpu]")
+#                   && .venv/bin/pip install -e ".[tpu,gcs]")
 #   --logs DIR      local directory the logs are collected in, as      TPU_POD_LOGS
 #                   DIR/RUN_ID/worker-*.log (default logs)
+#   --bucket NAME   the default workdir gs://NAME/RUN_ID for a         TPU_POD_BUCKET
+#                   launch.train or launch.sft command without --workdir
+#   --shared-disk   accept a local --workdir (a disk mounted on   TPU_POD_SHARED_DISK=1
+#                   every worker, e.g. Filestore)
 #   --dry-run       print the gcloud commands instead of running them TPU_POD_DRY_RUN=1
 #   -h, --help      print this help
 # RUN_ID is tpu_pod-<UTC timestamp> unless TPU_POD_RUN_ID is set.
@@ -92,9 +102,11 @@ project=${TPU_POD_PROJECT:-}
 repo=${TPU_POD_REPO:-'~/rlvr-jax'}
 setup=${TPU_POD_SETUP:-0}
 logs=${TPU_POD_LOGS:-}
+bucket=${TPU_POD_BUCKET:-}
+shared_disk=${TPU_POD_SHARED_DISK:-0}
 dry_run=${TPU_POD_DRY_RUN:-0}
 run_id=${TPU_POD_RUN_ID:-tpu_pod-$(date -u +%Y%m%d-%H%M%S)}
-SETUP_CMD=${SETUP_CMD:-'python3 -m venv .venv && .venv/bin/pip install -U pip && .venv/bin/pip install -e ".[tpu]"'}
+SETUP_CMD=${SETUP_CMD:-'python3 -m venv .venv && .venv/bin/pip install -U pip && .venv/bin/pip install -e ".[tpu,gcs]"'}
 
 value() {  # the value of option $1 (given as $2, the rest of the command line)
   [[ $# -ge 2 && -n $2 && $2 != --* ]] || die "$1 needs a value"
@@ -114,6 +126,9 @@ while [[ $# -gt 0 ]]; do
     --repo=*) repo=${1#*=}; shift ;;
     --logs) value "$@"; logs=$2; shift 2 ;;
     --logs=*) logs=${1#*=}; shift ;;
+    --bucket) value "$@"; bucket=$2; shift 2 ;;
+    --bucket=*) bucket=${1#*=}; shift ;;
+    --shared-disk) shared_disk=1; shift ;;
     --setup) setup=1; shift ;;
     --dry-run) dry_run=1; shift ;;
     --) saw_separator=1; shift; break ;;
@@ -130,7 +145,25 @@ done
 [[ $run_id =~ ^[A-Za-z0-9_.-]+$ ]] || die "TPU_POD_RUN_ID may only contain letters, digits, _ . -"
 [[ $setup == 0 || $setup == 1 ]] || die "TPU_POD_SETUP must be 0 or 1, not: $setup"
 [[ $dry_run == 0 || $dry_run == 1 ]] || die "TPU_POD_DRY_RUN must be 0 or 1, not: $dry_run"
+[[ $shared_disk == 0 || $shared_disk == 1 ]] || die "TPU_POD_SHARED_DISK must be 0 or 1, not: $shared_disk"
+[[ $bucket =~ ^[a-z0-9._-]*$ ]] || die "--bucket takes a bucket name (no gs://), not: $bucket"
 logs=${logs:-logs}
+
+# A run's workdir: on object storage (see the header), gs://BUCKET/RUN_ID by default.
+entry=0 workdir="" prev=""
+for word in "$@"; do
+  [[ $prev != -m || ! $word =~ ^launch\.(train|sft)$ ]] || entry=1
+  [[ $prev != --workdir ]] || workdir=$word
+  [[ $word != --workdir=* ]] || workdir=${word#--workdir=}
+  prev=$word
+done
+if [[ $entry == 1 && -z $workdir ]]; then
+  [[ -n $bucket ]] || die "the command has no --workdir: pass --bucket NAME (it becomes gs://NAME/$run_id) or --workdir=gs://BUCKET/PATH"
+  workdir=gs://$bucket/$run_id
+  set -- "$@" --workdir="$workdir"
+elif [[ $entry == 1 && $shared_disk == 0 && ! $workdir =~ ^(gs|s3):// ]]; then
+  die "--workdir $workdir is a local path: TPU VMs have no shared disk, so each worker would checkpoint to its own and a restarted pod could not resume; use gs://BUCKET/PATH (or --shared-disk if every worker mounts it)"
+fi
 
 # The command on each worker: the first word from REPO/.venv/bin unless it is a path.
 program=$1
@@ -173,7 +206,7 @@ if [[ $setup == 1 ]]; then
   fi
 fi
 
-echo "tpu_pod: run $run_id on every worker of $tpu" >&2
+echo "tpu_pod: run $run_id on every worker of $tpu${workdir:+ (workdir $workdir)}" >&2
 status=0
 "${run_call[@]}" || status=$?
 echo "tpu_pod: the command ended with exit status $status; collecting the logs" >&2

@@ -224,44 +224,55 @@ def store_step(tail: tuple, new: tuple, step) -> tuple:
             jax.lax.dynamic_update_slice(tail[1], new[1][:, :, :, None], (at, at, at, step, at)))
 
 
-def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple):
-    """`attend(q, k, v, new, layer)` of decode step `step` (one query per row).
+def decode_attention(rows: PageRows, step, pool: tuple, tail: tuple, q: jax.Array,
+                     k: jax.Array, v: jax.Array) -> jax.Array:
+    """One layer's decode attention at step `step` (one query per row).
 
-    Reads the pool through the page tables and the call's tail (`init_tail`,
-    columns < step) without changing them, adds the step's own token, and
-    merges the parts by log-sum-exp: the group's shared pages (one batched
-    product per group), the row's earlier pages, its tail and itself. The
-    step's k/v go to `new` (`new_kv`); the loop stores them in the tail after
-    the layers (`store_step`). Pool and tail stay out of the layer scan's
-    carry: carried and updated there, XLA copied the whole tail every step."""
+    pool: (k [P, K, Dh, ps], v [P, K, ps, Dh]) the layer's pages; tail: (k [S, K, Dh, W],
+    v [S, K, W, Dh]) the call's tokens so far (columns < step); q [S, 1, H, Dh], k, v
+    [S, 1, K, Dh] the step's own -> out [S, 1, H, Dh]. The parts merged by log-sum-exp:
+    the group's shared pages (one batched product per group), the row's earlier pages,
+    its tail and itself. Every index (pages, rows, groups) is into these arrays, so the
+    function also runs per shard on local blocks (`sampling.shards`)."""
     check_rows(rows)
+    pool_k, pool_v = pool
+    tail_k, tail_v = tail
+    ps = pool_v.shape[2]
+    s, _, h, dh = q.shape
+    kv = k.shape[2]
+    qh = q.reshape(s, kv, h // kv, dh)
+    g, r = rows.group_rows.shape
+    mps = rows.group_tables.shape[1]
+    mpo = 0 if rows.own_tables is None else rows.own_tables.shape[1]
+    parts = [_tail_partial(qh, tail_k, tail_v, (jnp.arange(tail_k.shape[-1]) < step)[None]),
+             _self_partial(qh, k[:, 0], v[:, 0])]
+    # the R queries of each group against its pages, read once
+    qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
+    gmask = jnp.arange(mps * ps).reshape(mps, ps)[None] >= rows.group_offsets[:, None, None]
+    o, m, l_ = _group_partial(qg, pool_k[rows.group_tables], pool_v[rows.group_tables], gmask)
+    pick = (rows.row_group, slice(None), rows.row_slot)
+    parts.append((o.reshape(g, kv, r, h // kv, dh)[pick],
+                  m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
+    if mpo:  # the row's earlier pages
+        parts.append(_row_partial(qh, pool_k[rows.own_tables], pool_v[rows.own_tables],
+                                  jnp.ones((s, mpo, ps), bool)))
+    return merge(parts).reshape(s, 1, h, dh).astype(q.dtype)
+
+
+def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple, attention=decode_attention):
+    """`attend(q, k, v, new, layer)` of decode step `step`: `attention` (by default
+    `decode_attention`; the sampler passes it run per shard) over layer `layer` of the
+    pool (k [L, P, K, Dh, ps], v [L, P, K, ps, Dh]) through the page tables and of the
+    call's tail (`init_tail`), which it does not change. The step's k/v go to `new`
+    (`new_kv`); the loop stores them in the tail after the layers (`store_step`). Pool
+    and tail stay out of the layer scan's carry: carried and updated there, XLA copied
+    the whole tail every step."""
     pool_k, pool_v = pool
     tail_k, tail_v = tail
 
     def attend(q, k, v, new, layer):
-        ps = pool_v.shape[3]
-        s, _, h, dh = q.shape
-        kv = k.shape[2]
-        qh = q.reshape(s, kv, h // kv, dh)
-        g, r = rows.group_rows.shape
-        mps = rows.group_tables.shape[1]
-        mpo = 0 if rows.own_tables is None else rows.own_tables.shape[1]
-        parts = [_tail_partial(qh, tail_k[layer], tail_v[layer],
-                               (jnp.arange(tail_k.shape[-1]) < step)[None]),
-                 _self_partial(qh, k[:, 0], v[:, 0])]
-        # the R queries of each group against its pages, read once
-        qg = qh[rows.group_rows].transpose(0, 2, 1, 3, 4).reshape(g, kv, r * (h // kv), dh)
-        gmask = jnp.arange(mps * ps).reshape(mps, ps)[None] >= rows.group_offsets[:, None, None]
-        o, m, l_ = _group_partial(qg, pool_k[layer, rows.group_tables],
-                                  pool_v[layer, rows.group_tables], gmask)
-        pick = (rows.row_group, slice(None), rows.row_slot)
-        parts.append((o.reshape(g, kv, r, h // kv, dh)[pick],
-                      m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
-        if mpo:  # the row's earlier pages
-            parts.append(_row_partial(qh, pool_k[layer, rows.own_tables],
-                                      pool_v[layer, rows.own_tables],
-                                      jnp.ones((s, mpo, ps), bool)))
-        out = merge(parts).reshape(s, 1, h, dh).astype(q.dtype)
+        out = attention(rows, step, (pool_k[layer], pool_v[layer]),
+                        (tail_k[layer], tail_v[layer]), q, k, v)
         return out, _emit(new, layer, k, v)
 
     return attend
@@ -286,13 +297,13 @@ def view_attend(mask: jax.Array, views: tuple):
     return attend
 
 
-def prefill_attend(pages: jax.Array, within: jax.Array, mask: jax.Array):
+def prefill_attend(pages: jax.Array, within: jax.Array, mask: jax.Array, store=write):
     """`attend` of a prompt chunk that is the whole context (prefill): writes
-    its k/v to pages/within [S, C] and attends causally within the chunk under
-    `mask` [S, C, C]."""
+    its k/v to pages/within [S, C] with `store` (`write`, or `write` run per shard)
+    and attends causally within the chunk under `mask` [S, C, C]."""
 
     def attend(q, k, v, pool, layer):
-        pool = write(pool, layer, pages, within, k, v)
+        pool = store(pool, layer, pages, within, k, v)
         return layers.causal_attention(q, k, v, mask), pool
 
     return attend

@@ -37,6 +37,7 @@ from models.config import ModelConfig
 from models.paged_attention import PageRows
 from models.sharding import ActivationSharding
 from sampling import processors
+from sampling import shards as shards_lib
 from sampling.kv_cache import (
     KVCache,
     head_logits,
@@ -52,7 +53,6 @@ from sampling.layout import (  # noqa: F401  (re-exported: the samplers' entry p
     prompt_bucket,
     row_bucket,
 )
-from sampling.page_pool import PagePool
 from sampling.params import SamplingParams
 
 RUNNING, STOP = 0, 1  # DecodeOutput.finish
@@ -74,6 +74,9 @@ class RowState:
     pages: PageRows
     positions: jax.Array       # [S] int32 RoPE position of the first new token
     done: jax.Array            # [S] bool rows that generate nothing
+    ids: jax.Array | None = None  # [S] int32 each row's index in the one-device layout,
+    #                            which its random draws follow (None: its place, 0..S-1;
+    #                            rows placed by shard: `sampling.shards`)
 
 
 @jax.tree_util.register_dataclass
@@ -98,28 +101,26 @@ def prefill(config: ModelConfig, num_pages: int, params: dict, tokens: jax.Array
 
     Returns (last-token hidden states [B, D], or [R, D] gathered by `rows`
     [R] when given, e.g. one row per sample; cache). With `sharding` (the
-    learner's mesh and rules) rows run over the batch axes and the pool's kv
-    heads over `tensor` (`shard_pool`).
+    learner's mesh and rules) prompt rows and pages are split over the batch
+    axes in equal blocks, page ids local to each block (`sampling.shards`), and
+    the pool's kv heads over `tensor`.
     """
     TRACE_COUNTS["prefill"] += 1
-    cache = shard_pool(init_cache(config, num_pages, tokens.shape[1] // tables.shape[1]),
-                       sharding)
+    shards = shards_lib.of(sharding)
+    cache = shards_lib.constrain_pool(
+        init_cache(config, num_pages, tokens.shape[1] // tables.shape[1]), shards, sharding)
     hidden, cache = paged_forward(config, params, cache, tokens, tables, offsets, active,
-                                  sharding)
-    cache = shard_pool(cache, sharding)
+                                  sharding, store=_local_write(shards))
+    cache = shards_lib.constrain_pool(cache, shards, sharding)
     hidden = hidden[:, -1]
     return (hidden if rows is None else hidden[rows]), cache
 
 
-def shard_pool(cache, sharding: ActivationSharding | None):
-    """The page pool (a KVCache or a (k, v, ...) tuple of [L, P|S, K, ...]
-    arrays) constrained to kv heads over the mesh's `kv_heads` axes; pages
-    stay whole on every device, so a row's page table reads local memory
-    whichever data shard runs the row (docs/sampling.md)."""
-    if sharding is None:
-        return cache
-    axes = ("layers", None, "kv_heads", None, None)
-    return jax.tree.map(lambda a: sharding.constrain(a, axes), cache)
+def _local_write(shards: shards_lib.Shards):
+    """`paged_attention.write` run per batch shard (page ids are local to the shard)."""
+    row, pool = shards.spec, (shards.pool_spec, shards.pool_spec)
+    return shards_lib.local(shards, paged_attention.write,
+                            (pool, shards_lib.PartitionSpec(), row, row, row, row), pool)
 
 
 def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
@@ -132,6 +133,17 @@ def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
     keys = cache.k[:, tables].transpose(0, 1, 3, 4, 2, 5).reshape(n, s, kv, dh, mp * ps)
     values = cache.v[:, tables].transpose(0, 1, 3, 2, 4, 5).reshape(n, s, kv, mp * ps, dh)
     return keys, values
+
+
+def _local(shards: shards_lib.Shards, fn: Callable, rows_args: int, pool_args: int = 0,
+           scalars: int = 0, out: str = "pool") -> Callable:
+    """`fn(*pools, *rows, *scalars)` per batch shard (`shards_lib.local`): `pool_args`
+    [L, P|S, ...] trees split on their second dim, `rows_args` trees (PageRows,
+    [S, ...] arrays) on their first, `scalars` whole; the result a pool ("pool") or
+    rows ("rows") tree."""
+    pool, row, whole = shards.pool_spec, shards.spec, shards_lib.PartitionSpec()
+    specs = (pool,) * pool_args + (row,) * rows_args + (whole,) * scalars
+    return shards_lib.local(shards, fn, specs, pool if out == "pool" else row)
 
 
 # XLA:CPU compiler options of the decode program: none today. The former
@@ -198,8 +210,8 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, 
     """
     TRACE_COUNTS["decode"] += 1
 
-    def pick(logits, key, extra, active):
-        return *processors.sample(logits[0], key, sampling), {}, extra
+    def pick(logits, key, extra, active, ids):
+        return *processors.sample(logits[0], key, sampling, ids), {}, extra
 
     state = dataclasses.replace(state, hidden=(state.hidden,))
     out, (hidden,), (cache,), _ = decode_loop(((config, params),), (cache,), state, rng, call,
@@ -220,7 +232,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
 
     `models_` is a tuple of (config, params), each with its own cache in
     `caches` (all under the same page tables) and hidden state in the tuple
-    `state.hidden`. Step i calls `pick(logits, key, extra, active)` with the
+    `state.hidden`. Step i calls `pick(logits, key, extra, active, ids)` with the
     models' fp32 logits [S, V] (a tuple), key fold_in(fold_in(rng, call), i),
     the loop-carried `extra` and the running rows [S]; it returns (token,
     logp, raw_logp, {name: [S] value}, extra), the values recorded into
@@ -253,12 +265,14 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
         steps=jnp.int32(0),
         extra={name: jnp.zeros((s, steps), dtype) for name, dtype in (columns or {}).items()})
     pools = tuple((c.k, c.v) for c in caches)
-    attend_for, tails, before = _attention(caches, pools, pages, steps, attention)
-    pools, tails = shard_pool(pools, sharding), shard_pool(tails, sharding)
+    shards = shards_lib.of(sharding)
+    attend_for, tails, before = _attention(caches, pools, pages, steps, attention, shards)
+    pools = shards_lib.constrain_pool(pools, shards, sharding)
+    tails = shards_lib.constrain_pool(tails, shards, sharding)
     body = _decode_body(models_, decoders, pools, attend_for, pick,
                         jax.random.fold_in(rng, call),
                         jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32), pad,
-                        state.positions, before, sharding)
+                        state.positions, state.ids, before, sharding, shards)
     limit = jnp.minimum(jnp.int32(steps), limit)
 
     def cond(carry):
@@ -268,15 +282,17 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
     _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
     # the call's tokens go to their pages (the dense views' last `steps` columns)
-    caches = tuple(KVCache(*paged_attention.write_tail(
-        pool, (tail[0][..., before:], tail[1][:, :, :, before:]), pages, ~state.done))
-        for pool, tail in zip(pools, tails, strict=True))
+    write = _local(shards, paged_attention.write_tail, rows_args=2, pool_args=2)
+    caches = tuple(KVCache(*write(pool, (tail[0][..., before:], tail[1][:, :, :, before:]),
+                                  pages, ~state.done))
+                   for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
 
 
-def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attention: str):
+def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attention: str,
+               shards: shards_lib.Shards):
     """(attend_for(i, pool, tail), the per-row tails, the tail slots before the call's
-    tokens) of the decode's attention.
+    tokens) of the decode's attention, each page lookup run per batch shard.
 
     With no group of two rows nothing is shared: each row's context is its own
     distinct pages, and copying them once per call into a dense view costs no more
@@ -287,11 +303,17 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
         attention = "dense_view"
     if attention != "dense_view":  # the call's own tokens: [L, S, K, Dh, steps] / [.., Dh]
         tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
-        return (lambda i, pool, tail: paged_attention.decode_attend(pages, i, pool, tail),
+        row, whole = shards.spec, shards_lib.PartitionSpec()
+        # (rows, step, the layer's pool [P, ..], its tail [S, ..], q, k, v) -> out [S, ..]
+        layer = shards_lib.local(shards, paged_attention.decode_attention,
+                                 (row, whole, row, row, row, row, row), row)
+        return (lambda i, pool, tail: paged_attention.decode_attend(pages, i, pool, tail,
+                                                                    layer),
                 tails, 0)
     # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
     ps = caches[0].page_size
-    tails = tuple(_views(c, pages) for c in caches)
+    views = _local(shards, _views, rows_args=1, pool_args=1)
+    tails = tuple(views(c, pages) for c in caches)
     before = tails[0][0].shape[-1] - steps  # view slots before the call's tokens
     slots = jnp.arange(before + steps, dtype=jnp.int32)
     group_end = pages.group_tables.shape[1] * ps
@@ -308,7 +330,8 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
 
 def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Callable,
                  pick: Callable, call_rng: jax.Array, stops: jax.Array, pad: jax.Array,
-                 positions: jax.Array, before, sharding: ActivationSharding | None):
+                 positions: jax.Array, ids: jax.Array | None, before,
+                 sharding: ActivationSharding | None, shards: shards_lib.Shards):
     """The `while_loop` body of `decode_loop`: one token for every running row."""
     s = positions.shape[0]
 
@@ -318,7 +341,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
         logits = tuple(head_logits(head, hidden)
                        for (_, head), hidden in zip(decoders, hiddens, strict=True))
         token, logp, raw, values, extra = pick(logits, jax.random.fold_in(call_rng, i), extra,
-                                               active)
+                                               active, ids)
         out = dataclasses.replace(
             out, tokens=_set_column(out.tokens, token, i, active, pad),
             logprobs=_set_column(out.logprobs, logp, i, active, 0.0),
@@ -335,9 +358,9 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
         out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish))
         hiddens = tuple(jnp.where(active[:, None], new_hidden[:, 0], hidden)
                         for (new_hidden, _), hidden in zip(stepped, hiddens, strict=True))
-        tails = shard_pool(tuple(paged_attention.store_step(tail, new, before + i)
-                                 for (_, new), tail in zip(stepped, tails, strict=True)),
-                           sharding)
+        tails = shards_lib.constrain_pool(
+            tuple(paged_attention.store_step(tail, new, before + i)
+                  for (_, new), tail in zip(stepped, tails, strict=True)), shards, sharding)
         return i + 1, hiddens, done | stopped, out, extra, tails
 
     return body
@@ -360,20 +383,6 @@ def prefill_layout(config: ModelConfig, params: dict, num_pages: int, layout: Pr
                    layout.active, rows, sharding=sharding)
 
 
-def prefill_prompts(config: ModelConfig, params: dict, pool: PagePool, prompts: list[list[int]],
-                    page_size: int, rows: np.ndarray | None = None,
-                    sharding: ActivationSharding | None = None):
-    """Allocates pages for right-aligned prompts, creates the cache and prefills it.
-
-    Returns (prompt page tables [B_bucket, pages] holding one reference per
-    prompt, offsets [B_bucket], slots, last-token hidden states [B_bucket, D]
-    or gathered by `rows`, cache); see `layout_prompts`.
-    """
-    layout = layout_prompts(pool, prompts, page_size, config.pad_token_id or 0)
-    hidden, cache = prefill_layout(config, params, pool.num_pages, layout, rows, sharding)
-    return layout.tables, layout.offsets, layout.slots, hidden, cache
-
-
 def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:
     """Host DecodeOutputs of consecutive calls joined along the token axis.
 
@@ -390,6 +399,14 @@ def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:
         num_tokens=sum(o.num_tokens for o in outputs),
         finish=finish, steps=np.int32(sum(int(o.steps) for o in outputs)),
         extra={k: np.concatenate([o.extra[k] for o in outputs], axis=1) for k in outputs[0].extra})
+
+
+def take_rows(out: DecodeOutput, index: np.ndarray) -> DecodeOutput:
+    """A host DecodeOutput's rows `index` (e.g. device rows in item order)."""
+    return dataclasses.replace(
+        out, tokens=out.tokens[index], logprobs=out.logprobs[index],
+        raw_logprobs=out.raw_logprobs[index], num_tokens=out.num_tokens[index],
+        finish=out.finish[index], extra={k: v[index] for k, v in out.extra.items()})
 
 
 def as_numpy(tree):

@@ -34,6 +34,7 @@ import numpy as np
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import engine
+from sampling import shards as shards_lib
 from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
@@ -63,7 +64,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     `attention`: "shared_prefix" (page attention) or "dense_view" (the
     per-row copies it replaced; `engine.decode`). `sharding`: the learner's
     mesh and rules (`models.sharding.ActivationSharding`); `params` are used
-    as they are placed (rows over the batch axes, heads over `tensor`).
+    as they are placed: prompt groups, their rows and their KV pages split over
+    the batch axes (`sampling.shards`), heads over `tensor`.
     """
     sp = sampling_params
     stop_ids = engine.stop_token_ids(config, sp)
@@ -77,7 +79,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
 
     rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
                              segment_len=segment_len, share_prompts=share_prompts,
-                             stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row)
+                             stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
+                             shards=shards_lib.of(sharding).count)
     return rollouts
 
 
@@ -85,7 +88,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                prefill: Callable, decode: Callable, *, page_size: int, segment_len: int,
                share_prompts: bool = True,
                stop_when: Callable[[np.ndarray], bool] | None = None,
-               max_new_tokens_per_row: np.ndarray | None = None) -> tuple[Rollouts, dict]:
+               max_new_tokens_per_row: np.ndarray | None = None,
+               shards: int = 1) -> tuple[Rollouts, dict]:
     """The host side of `generate` for one or more models decoding side by side.
 
     `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
@@ -102,46 +106,57 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     [1, max_new_tokens] caps each row (finish "length" at its cap unless a stop
     token came first); see the module docstring. Stats add stopped_early (0/1),
     partial_rows and cut_tokens (tokens generated past a budget and dropped).
+
+    `shards` > 1 (the batch shards of the callables' mesh, `sampling.shards`): each
+    prompt's group goes to one shard, where its prefill, its rows and all their pages
+    live (one page pool per shard, ids local to it); the Rollouts are in sample order.
     """
     check_layout(n, page_size, segment_len)
     config = configs[0]
     prompts = engine.check_prompts(config, prompts)
-    unique, sample_source = _distinct(prompts, n, share_prompts)
-    b = len(unique)
-    rows_b = engine.next_pow2(b)
+    r = len(prompts) * n
+    prompt_shard = shards_lib.assign([n] * len(prompts), shards)
+    rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
+    unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard)
+    per_prompt = np.bincount(unique_shard, minlength=shards).max()
     prompt_pages = engine.prompt_bucket(max(map(len, unique)), page_size) // page_size
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
-    r = len(prompts) * n
-    rows = engine.row_bucket(r)
-    budget = _budgets(max_new_tokens_per_row, r, rows, sp.max_new_tokens)
-    pool = PagePool(1 + rows_b * prompt_pages + rows * gen_pages)
-
-    source = np.zeros(rows, np.int32)  # distinct prompt of each row
-    source[:r] = sample_source
-    layout = engine.layout_prompts(pool, unique, page_size, config.pad_token_id or 0)
-    hidden, carry = prefill(pool.num_pages, layout, source)
-    for row in range(r):
-        pool.retain(layout.tables[source[row]])
-    pool.release(layout.tables[:b].ravel())  # the samples now hold the prompt pages
+    budget = np.full(rows.rows, sp.max_new_tokens, np.int64)  # padding rows never limit
+    budget[rows.place] = _budgets(max_new_tokens_per_row, r, sp.max_new_tokens)
+    # one pool per batch shard (`sampling.shards`): its prompts' pages and its rows'
+    pools = [PagePool(1 + engine.next_pow2(per_prompt) * prompt_pages + rows.per * gen_pages)
+             for _ in range(shards)]
+    layout = engine.layout_prompts(pools, unique, page_size, config.pad_token_id or 0,
+                                   unique_shard)
+    source = np.arange(rows.rows) // rows.per * (len(layout.tables) // shards)
+    source[rows.place] = layout.rows[sample_source]  # the prompt row of each device row
+    hidden, carry = prefill(sum(p.num_pages for p in pools), layout, source)
+    for row in rows.place:
+        pools[row // rows.per].retain(layout.tables[source[row]])
+    for i, table in enumerate(layout.tables[layout.rows]):  # the samples hold them now
+        pools[unique_shard[i]].release(table)
 
     outputs, own, done, stopped_early = _decode_segments(
-        decode, pool, layout, source, hidden, carry, budget, r, sp.max_new_tokens,
+        decode, pools, layout, source, hidden, carry, budget, rows, sp.max_new_tokens,
         segment_len, page_size, stop_when)
-    for row in range(r):
-        pool.release(np.concatenate([layout.tables[source[row]], own[row]]))
-    if pool.used_pages:
-        raise RuntimeError(f"KV page leak: {pool.used_pages} pages still in use")
+    for row in rows.place:
+        pools[row // rows.per].release(np.concatenate([layout.tables[source[row]], own[row]]))
+    if any(p.used_pages for p in pools):
+        raise RuntimeError(f"KV page leak: {sum(p.used_pages for p in pools)} pages still in "
+                           "use")
 
     out = engine.concat_outputs(outputs)
-    stats = {"prefill_tokens": int(sum(map(len, unique))), "prefill_slots": rows_b * layout.slots,
-             "decode_tokens": int(out.num_tokens[:r].sum()), "decode_steps": int(out.steps),
-             "decode_row_steps": int(out.steps) * rows, "decode_calls": len(outputs),
-             "kv_pages": pool.num_pages,
-             "kv_bytes": sum(cache_bytes(c, pool.num_pages, page_size) for c in configs),
+    stats = {"prefill_tokens": int(sum(map(len, unique))),
+             "prefill_slots": len(layout.tables) * layout.slots,
+             "decode_tokens": int(out.num_tokens.sum()), "decode_steps": int(out.steps),
+             "decode_row_steps": int(out.steps) * rows.rows, "decode_calls": len(outputs),
+             "kv_pages": sum(p.num_pages for p in pools),
+             "kv_bytes": sum(cache_bytes(c, sum(p.num_pages for p in pools), page_size)
+                             for c in configs),
              "stopped_early": int(stopped_early)}
-    return _rollouts(out, budget[:r], done[:r], len(prompts), n, sp.max_new_tokens,
-                     np.int32(config.pad_token_id or 0), stats)
+    return _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget), rows.to_items(done), len(prompts), n,
+                     sp.max_new_tokens, np.int32(config.pad_token_id or 0), stats)
 
 
 def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> None:
@@ -155,55 +170,61 @@ def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> 
                          f"{prefix}page_size ({page_size})")
 
 
-def _distinct(prompts: list[list[int]], n: int, share: bool) -> tuple[list, np.ndarray]:
-    """(the prompts to prefill, the prefilled prompt of each of the len(prompts)·n rows):
-    each distinct prompt once when `share`, else one copy per sample."""
+def _distinct(prompts: list[list[int]], n: int, share: bool,
+              prompt_shard: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+    """(the prompts to prefill, the shard of each, the prefilled prompt of each of the
+    len(prompts)·n samples): each distinct prompt once per shard when `share`, else one
+    copy per sample."""
+    sample_shard = np.repeat(prompt_shard, n)
     if not share:
         unique = [p for p in prompts for _ in range(n)]
-        return unique, np.arange(len(unique))
-    distinct: dict[tuple[int, ...], int] = {}
-    which = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    return [list(p) for p in distinct], np.repeat(which, n)
+        return unique, sample_shard, np.arange(len(unique))
+    distinct: dict[tuple, int] = {}
+    which = [distinct.setdefault((int(d), tuple(p)), len(distinct))
+             for d, p in zip(prompt_shard, prompts, strict=True)]
+    return ([list(p) for _, p in distinct], np.array([d for d, _ in distinct], np.int64),
+            np.repeat(which, n))
 
 
-def _budgets(given, r: int, rows: int, max_new: int) -> np.ndarray:
-    """[rows] token budgets: `given` (`max_new_tokens_per_row`, [r] ints in [1, max_new])
-    or max_new; padding rows never limit."""
-    budget = np.full(rows, max_new, np.int64)
-    if given is not None:
-        given = np.asarray(given)
-        if (given.shape != (r,) or not np.issubdtype(given.dtype, np.integer)
-                or np.any(given < 1) or np.any(given > max_new)):
-            raise ValueError(f"max_new_tokens_per_row must be {r} ints in [1, "
-                             f"{max_new}], got shape {given.shape} {given.dtype}")
-        budget[:r] = given
-    return budget
+def _budgets(given, r: int, max_new: int) -> np.ndarray:
+    """[r] token budgets: `given` (`max_new_tokens_per_row`, [r] ints in [1, max_new])
+    or max_new."""
+    if given is None:
+        return np.full(r, max_new, np.int64)
+    given = np.asarray(given)
+    if (given.shape != (r,) or not np.issubdtype(given.dtype, np.integer)
+            or np.any(given < 1) or np.any(given > max_new)):
+        raise ValueError(f"max_new_tokens_per_row must be {r} ints in [1, "
+                         f"{max_new}], got shape {given.shape} {given.dtype}")
+    return given.astype(np.int64)
 
 
-def _decode_segments(decode: Callable, pool: PagePool, layout, source: np.ndarray, hidden,
-                     carry, budget: np.ndarray, r: int, max_new: int, segment_len: int,
-                     page_size: int, stop_when):
+def _decode_segments(decode: Callable, pools: list[PagePool], layout, source: np.ndarray,
+                     hidden, carry, budget: np.ndarray, rows: shards_lib.Placement,
+                     max_new: int, segment_len: int, page_size: int, stop_when):
     """Decodes in segments: each call attends over the pages written so far (the
     prompt's, read once per group, + the row's earlier segments) instead of the whole
-    max length. Returns (the calls' outputs, [rows, pages] each row's own pages,
-    [rows] done, whether `stop_when` stopped it early)."""
-    rows = len(source)
-    real = np.arange(rows) < r
-    own = np.zeros((rows, 0), np.int32)
+    max length. Arrays are per device row (`rows`: each shard's block). Returns (the
+    calls' outputs, [rows, pages] each row's own pages, [rows] done, whether
+    `stop_when` stopped it early)."""
+    real = rows.real()
+    own = np.zeros((rows.rows, 0), np.int32)
     positions = layout.slots - layout.offsets[source]
     done = ~real
-    outputs, generated = [], np.zeros(rows, np.int64)
+    outputs, generated = [], np.zeros(rows.rows, np.int64)
     seg_pages = segment_len // page_size
     segments = -(-max_new // segment_len)
     for seg in range(segments):
-        fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
+        fresh = np.full((rows.rows, seg_pages), NULL_PAGE, np.int32)
         for row in np.flatnonzero(~done):
-            fresh[row] = pool.alloc(seg_pages)
+            fresh[row] = pools[row // rows.per].alloc(seg_pages)
         # every real row keeps its place in its group whether or not it is done:
         # the shapes, and so the sums' order, then depend on the layout only, and
         # a row's tokens and log-probs do not depend on when the others stopped
-        pages = engine.page_rows(layout.tables, layout.offsets, source, own, fresh, ~real)
-        state = engine.RowState(hidden=hidden, pages=pages, positions=positions, done=done)
+        pages = engine.page_rows(layout.tables, layout.offsets, source, own, fresh, ~real,
+                                 rows.count)
+        state = engine.RowState(hidden=hidden, pages=pages, positions=positions, done=done,
+                                ids=rows.ids())
         # running rows have generated seg * segment_len tokens; without budgets
         # this is max_new_tokens - seg * segment_len, as before
         limit = int((budget - generated)[~done].max())
@@ -216,7 +237,8 @@ def _decode_segments(decode: Callable, pool: PagePool, layout, source: np.ndarra
         done = done | (out.finish == engine.STOP) | (generated >= budget)
         if done.all():
             return outputs, own, done, False
-        if stop_when is not None and seg + 1 < segments and stop_when(done[:r].copy()):
+        if (stop_when is not None and seg + 1 < segments
+                and stop_when(rows.to_items(done).copy())):
             return outputs, own, done, True
     return outputs, own, done, False
 
@@ -225,20 +247,19 @@ def _rollouts(out, budget: np.ndarray, done: np.ndarray, num_prompts: int, n: in
               width: int, pad, stats: dict) -> tuple[Rollouts, dict]:
     """The joined segment outputs as Rollouts of the r = num_prompts·n real rows, cut to
     their budgets [r] (`done` [r]: finished rather than stopped early), and `extra`."""
-    r = num_prompts * n
-    num = out.num_tokens[:r]
+    num = out.num_tokens
     lengths = np.minimum(num, budget).astype(num.dtype)
     # [R, N]: drops tokens past a budget (N < width when every row finished early)
     keep = np.arange(min(width, out.tokens.shape[1])) < lengths[:, None]
-    finish = np.where((out.finish[:r] == engine.STOP) & (num <= budget), "stop",
+    finish = np.where((out.finish == engine.STOP) & (num <= budget), "stop",
                       np.where(done, "length", "partial"))
     rollouts = Rollouts(
-        tokens=np.where(keep, out.tokens[:r, :width], pad), lengths=lengths,
-        logprobs=np.where(keep, out.logprobs[:r, :width], 0.0).astype(np.float32),
-        raw_logprobs=np.where(keep, out.raw_logprobs[:r, :width], 0.0).astype(np.float32),
+        tokens=np.where(keep, out.tokens[:, :width], pad), lengths=lengths,
+        logprobs=np.where(keep, out.logprobs[:, :width], 0.0).astype(np.float32),
+        raw_logprobs=np.where(keep, out.raw_logprobs[:, :width], 0.0).astype(np.float32),
         prompt_index=np.repeat(np.arange(num_prompts, dtype=np.int32), n),
         finish_reason=finish,
         stats=stats | {"partial_rows": int((finish == "partial").sum()),
                        "cut_tokens": int((num - lengths).sum())})
-    extra = {k: np.where(keep, v[:r, :width], 0).astype(v.dtype) for k, v in out.extra.items()}
+    extra = {k: np.where(keep, v[:, :width], 0).astype(v.dtype) for k, v in out.extra.items()}
     return rollouts, extra

@@ -60,7 +60,8 @@ def cache_bytes(config: ModelConfig, num_pages: int, page_size: int) -> int:
 
 def paged_forward(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array,
                   tables: jax.Array, offsets: jax.Array, active: jax.Array,
-                  sharding: ActivationSharding | None = None) -> tuple[jax.Array, KVCache]:
+                  sharding: ActivationSharding | None = None,
+                  store=paged_attention.write) -> tuple[jax.Array, KVCache]:
     """Prefill: runs prompts `tokens` [S, C] (right-aligned, the whole context)
     through the decoder, writing their k/v to slots 0 .. C - 1 of their pages.
 
@@ -70,6 +71,8 @@ def paged_forward(config: ModelConfig, params: dict, cache: KVCache, tokens: jax
       offsets: [S] int32 first real slot of each sequence (RoPE position 0).
       active: [S] bool; inactive rows write to the null page only.
       sharding: optional activation sharding (rows over the batch axes).
+      store: the pages' writer (`paged_attention.write`, or it run per batch shard
+        when page ids are local to a shard: `sampling.engine.prefill`).
 
     Returns:
       (final-norm hidden states [S, C, D], updated cache).
@@ -83,7 +86,7 @@ def paged_forward(config: ModelConfig, params: dict, cache: KVCache, tokens: jax
     positions = jnp.maximum(slots - offsets[:, None], 0)
     mask = ((slots[:, None, :] >= offsets[:, None, None])
             & (slots[:, None, :] <= slots[:, :, None]))                      # [S, C, C]
-    attend = paged_attention.prefill_attend(pages, slots % ps, mask)
+    attend = paged_attention.prefill_attend(pages, slots % ps, mask, store)
     x, (k, v) = models.run_layers(config, params, tokens, positions, attend, (cache.k, cache.v),
                                   scan=True, sharding=sharding)
     return x, KVCache(k, v)

@@ -8,6 +8,7 @@ shapes so a run compiles each program once per bucket.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -45,7 +46,7 @@ def prompt_bucket(length: int, page_size: int) -> int:
 
 def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np.ndarray,
               own_tables: np.ndarray, segment_tables: np.ndarray,
-              padding: np.ndarray) -> PageRows:
+              padding: np.ndarray, shards: int = 1) -> PageRows:
     """Host-side `PageRows` from each row's group (`row_group` [S], indexing
     `group_tables` [G, MPs] / `group_offsets` [G]), earlier own pages and
     this call's pages; `padding` rows [S] belong to no group.
@@ -54,30 +55,41 @@ def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np
     than R is split into chunks of at most R that read the same pages. R (a
     power of two) minimises the padded work: `row_bucket(chunks)` × (R +
     READ_COST) (a wide R pads the small groups; a narrow one re-reads the
-    shared pages per chunk)."""
-    members = [[] for _ in range(group_tables.shape[0])]
+    shared pages per chunk).
+
+    With `shards` > 1 the rows are D equal blocks, one per batch shard
+    (`sampling.shards`), each of whose groups has all its rows in the block: the
+    chunks are laid out in D equal blocks too and `group_rows` / `row_group` hold
+    indices local to the block (what each shard's program indexes)."""
+    s = len(row_group)
+    per = s // shards
+    members = [{} for _ in range(shards)]  # per block: group -> its rows (local)
     for row in np.flatnonzero(~padding):
-        members[row_group[row]].append(row)
-    largest = max([len(m) for m in members] + [1])
+        members[row // per].setdefault(int(row_group[row]), []).append(row % per)
+    largest = max([len(m) for block in members for m in block.values()] + [1])
 
     def chunks(width):
-        return [(g, rows[i:i + width]) for g, rows in enumerate(members)
-                for i in range(0, len(rows), width)] or [(0, [])]
+        return [[(g, rows[i:i + width]) for g, rows in sorted(block.items())
+                 for i in range(0, len(rows), width)] or [(0, [])] for block in members]
+
+    def cost(width):
+        return row_bucket(max(map(len, chunks(width)))) * (width + READ_COST)
 
     widths = [1 << i for i in range(next_pow2(largest).bit_length())]
-    width = min(widths, key=lambda w: (row_bucket(len(chunks(w))) * (w + READ_COST), -w))
+    width = min(widths, key=lambda w: (cost(w), -w))
     parts = chunks(width)
-    count = row_bucket(len(parts))
-    tables = np.zeros((count, group_tables.shape[1]), np.int32)
-    offsets = np.zeros(count, np.int32)
-    group_rows = np.zeros((count, width), np.int32)
-    chunk_of = np.zeros(len(row_group), np.int32)
-    row_slot = np.zeros(len(row_group), np.int32)
-    for c, (g, rows) in enumerate(parts):
-        tables[c], offsets[c] = group_tables[g], group_offsets[g]
-        group_rows[c, :len(rows)] = rows
-        chunk_of[rows] = c
-        row_slot[rows] = np.arange(len(rows))
+    count = row_bucket(max(map(len, parts)))
+    tables = np.zeros((shards * count, group_tables.shape[1]), np.int32)
+    offsets = np.zeros(shards * count, np.int32)
+    group_rows = np.zeros((shards * count, width), np.int32)
+    chunk_of = np.zeros(s, np.int32)
+    row_slot = np.zeros(s, np.int32)
+    for d, block in enumerate(parts):
+        for c, (g, rows) in enumerate(block):
+            tables[d * count + c], offsets[d * count + c] = group_tables[g], group_offsets[g]
+            group_rows[d * count + c, :len(rows)] = rows
+            chunk_of[d * per + np.asarray(rows, np.int64)] = c
+            row_slot[d * per + np.asarray(rows, np.int64)] = np.arange(len(rows))
     return PageRows(group_tables=tables, group_offsets=offsets, group_rows=group_rows,
                     row_group=chunk_of, row_slot=row_slot,
                     own_tables=(np.asarray(own_tables, np.int32) if own_tables.shape[1]
@@ -110,22 +122,38 @@ class PromptLayout(NamedTuple):
     offsets: np.ndarray  # [B_bucket] int32 first real slot
     active: np.ndarray   # [B_bucket] bool real prompts
     slots: int
+    rows: np.ndarray     # [B] the row of each prompt (i with one shard)
 
 
-def layout_prompts(pool: PagePool, prompts: list[list[int]], page_size: int,
-                   pad_id: int = 0) -> PromptLayout:
+def layout_prompts(pool: PagePool | Sequence[PagePool], prompts: list[list[int]],
+                   page_size: int, pad_id: int = 0,
+                   shard_of: np.ndarray | None = None) -> PromptLayout:
     """Allocates pages for right-aligned prompts. Prompt rows are bucketed to
     a power of two and slots to a power-of-two number of pages
-    (`prompt_bucket`). One layout can be prefilled into several caches."""
-    rows_b = next_pow2(len(prompts))
+    (`prompt_bucket`). One layout can be prefilled into several caches.
+
+    With one pool per batch shard (`pool` a sequence of D pools, `shard_of` [B] the
+    shard of each prompt: `sampling.shards`), the rows are D equal blocks, prompt p
+    in block `shard_of[p]` with pages of that shard's pool (local ids); `rows[p]` is
+    its row."""
+    pools = [pool] if isinstance(pool, PagePool) else list(pool)
+    shard_of = np.zeros(len(prompts), np.int64) if shard_of is None else np.asarray(shard_of)
+    on = [np.flatnonzero(shard_of == d) for d in range(len(pools))]
+    per = next_pow2(max(map(len, on)))
+    rows_b = len(pools) * per
     slots = prompt_bucket(max(map(len, prompts)), page_size)
     pages = slots // page_size
     tables = np.full((rows_b, pages), NULL_PAGE, np.int32)
     tokens = np.full((rows_b, slots), pad_id, np.int32)
     offsets = np.full(rows_b, slots - 1, np.int32)
+    rows = np.zeros(len(prompts), np.int32)
+    for d, which in enumerate(on):
+        rows[which] = d * per + np.arange(len(which))
     for i, prompt in enumerate(prompts):
         used = -(-len(prompt) // page_size)
-        tables[i, pages - used:] = pool.alloc(used)
-        tokens[i, slots - len(prompt):] = prompt
-        offsets[i] = slots - len(prompt)
-    return PromptLayout(tables, tokens, offsets, np.arange(rows_b) < len(prompts), slots)
+        tables[rows[i], pages - used:] = pools[shard_of[i]].alloc(used)
+        tokens[rows[i], slots - len(prompt):] = prompt
+        offsets[rows[i]] = slots - len(prompt)
+    active = np.zeros(rows_b, bool)
+    active[rows] = True
+    return PromptLayout(tables, tokens, offsets, active, slots, rows)

@@ -154,7 +154,7 @@ def _score(criterion: str, lm: jax.Array, lo: jax.Array, y: jax.Array,
 
 
 def _pick(rule: MixRule, sp: SamplingParams, knobs: jax.Array, logits: tuple, key: jax.Array,
-          used: jax.Array, active: jax.Array):
+          used: jax.Array, active: jax.Array, ids: jax.Array | None):
     """One lockstep step's token (the `engine.decode_loop` pick): steps 1-5.
     `knobs` [3] fp32 = (threshold, cap, gamma): traced, so a sweep over them
     compiles once per (mode, main, criterion)."""
@@ -164,7 +164,7 @@ def _pick(rule: MixRule, sp: SamplingParams, knobs: jax.Array, logits: tuple, ke
     lp_rl = jax.nn.log_softmax(x_rl, axis=-1)
     on_base = rule.main == "base"
     x_main, x_other = (x_base, x_rl) if on_base else (x_rl, x_base)
-    token, logp, _ = processors.sample(x_main, key, sp)
+    token, logp, _ = processors.sample(x_main, key, sp, ids)
     score = _score(rule.criterion, *((lp_base, lp_rl) if on_base else (lp_rl, lp_base)),
                    token, key)
     # threshold = +inf never fires, even for `all` (whose score is +inf).
@@ -174,7 +174,7 @@ def _pick(rule: MixRule, sp: SamplingParams, knobs: jax.Array, logits: tuple, ke
     else:  # at gamma = 0 exactly x_rl: (1 + 0)·x == x and x + (-0·y) == x for finite y
         x_alt = (1.0 + gamma) * x_rl - gamma * x_base
     alt_key = jax.random.fold_in(key, 1) if rule.criterion == "delta_logp" else key
-    alt_token, alt_logp, _ = processors.sample(x_alt, alt_key, sp)
+    alt_token, alt_logp, _ = processors.sample(x_alt, alt_key, sp, ids)
     token = jnp.where(fires, alt_token, token)
     logp = jnp.where(fires, alt_logp, logp)
     values = {"replaced": fires, "score": score, "logp_base": _at(lp_base, token),

@@ -70,7 +70,8 @@ def _greedy_logprobs(logits: jax.Array) -> jax.Array:
     return jnp.where(hit, jnp.float32(0.0), jnp.float32(-jnp.inf))
 
 
-def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array) -> jax.Array:
+def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array, ids: jax.Array | None = None
+                      ) -> jax.Array:
     """One token per row of log-probs [S, V]: the first index whose cumulative
     probability reaches u · total, u ~ U(0, 1] per row -> int32 [S].
 
@@ -81,6 +82,8 @@ def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array) -> jax.Array:
     """
     cdf = jnp.cumsum(jnp.exp(logp), axis=-1)
     u = 1.0 - jax.random.uniform(rng, logp.shape[:-1] + (1,), jnp.float32)  # (0, 1]
+    if ids is not None:  # row s draws the number of row ids[s] (prefix-stable: see `sample`)
+        u = u[ids]
     return jnp.sum(cdf < u * cdf[..., -1:], axis=-1, dtype=jnp.int32)
 
 
@@ -97,13 +100,19 @@ def sampling_logprobs(logits: jax.Array, params: SamplingParams) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("params",))
-def sample(logits: jax.Array, rng: jax.Array, params: SamplingParams):
+def sample(logits: jax.Array, rng: jax.Array, params: SamplingParams,
+           ids: jax.Array | None = None):
     """Draws one token per row.
 
     Args:
       logits: [S, V] (any float dtype; computed in fp32).
       rng: a PRNG key; rows draw independently from it.
       params: static `SamplingParams`.
+      ids: optional [S] int32 in [0, S): row s draws the random number of row
+        ids[s] (a row placed elsewhere than its one-device index, `sampling.shards`).
+        JAX's partitionable threefry makes the i-th number of a draw depend on i
+        and the key only, not on the number of rows, so row i's number is the same
+        for every S > i.
 
     Returns:
       tokens [S] int32; logp_sampled [S] fp32, the token's log-probability
@@ -116,7 +125,7 @@ def sample(logits: jax.Array, rng: jax.Array, params: SamplingParams):
         logp_sampled = jnp.zeros(tokens.shape, jnp.float32)
     else:
         logp = jax.nn.log_softmax(_filtered_logits(logits, params), axis=-1)
-        tokens = _inverse_cdf_draw(rng, logp)
+        tokens = _inverse_cdf_draw(rng, logp, ids)
         logp_sampled = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
     logp_raw = jnp.take_along_axis(raw, tokens[..., None], axis=-1)[..., 0]
     return tokens, logp_sampled, logp_raw

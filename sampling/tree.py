@@ -35,6 +35,7 @@ import numpy as np
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import engine, tree_schedule
+from sampling import shards as shards_lib
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
@@ -142,14 +143,19 @@ class _Forest:
     and the nodes that are done (leaves per prompt, internal nodes)."""
 
     tree: TreeConfig
-    pool: PagePool
-    prompt_tables: np.ndarray  # [B_bucket, pages] the prompts' page tables
-    offsets: np.ndarray        # [B_bucket] each prompt's first real slot
+    pools: list[PagePool]      # one per batch shard (`sampling.shards`), ids local to it
+    shard: np.ndarray          # [B] the shard of each prompt (its whole tree)
+    prompt_tables: np.ndarray  # [B, pages] the prompts' page tables
+    offsets: np.ndarray        # [B] each prompt's first real slot
     slots: int                 # prompt slots (pages × page_size)
-    hidden: np.ndarray         # [B_bucket, D] each prompt's last hidden state
+    hidden: np.ndarray         # [B, D] each prompt's last hidden state
     roots: list[Node]
     leaves: list[list[Node]]
     internal: list[Node] = dataclasses.field(default_factory=list)
+
+    def pool(self, node: Node) -> PagePool:
+        """The pool of the shard that holds `node`'s prompt, and so its pages."""
+        return self.pools[self.shard[node.prompt]]
 
     def spawn(self, prompt: int, base: Node | None) -> Node:
         """A new child of `base` (None = the prompt): it shares the path's pages."""
@@ -163,7 +169,7 @@ class _Forest:
         node = Node(prompt=prompt, depth=depth + 1, path=path + (owner.children,),
                     prefix=prefix, hidden=start, parent=base)
         owner.children += 1
-        self.pool.retain(prefix)
+        self.pool(node).retain(prefix)
         return node
 
     def first_branches(self, rng: np.random.Generator) -> list[Node]:
@@ -173,7 +179,8 @@ class _Forest:
         for i in range(len(self.roots)):
             count = min(int(rng.integers(lo, hi + 1)), self.tree.leaves_per_prompt)
             alive += [self.spawn(i, None) for _ in range(count)]
-        self.pool.release(self.prompt_tables[:len(self.roots)].ravel())  # the nodes hold them
+        for root, table in zip(self.roots, self.prompt_tables, strict=True):
+            self.pool(root).release(table)  # the nodes hold them
         return alive
 
 
@@ -212,79 +219,91 @@ def tree_generate(config: ModelConfig, params: dict, prompts, tree: TreeConfig,
     stats = {"rounds": 0, "decode_tokens": 0, "decode_steps": 0, "decode_row_steps": 0,
              "fallback_children": 0}
     while alive:
-        state = _round_state(forest, alive)
+        state, rows = _round_state(forest, alive)
         out, end_hidden, cache = engine.decode(
             config, params, cache, state, rng, stats["rounds"], np.int32(tree.segment_len),
             sp, tree.segment_len, stop_ids, attention, sharding)
         out, end_hidden = engine.as_numpy((out, end_hidden))
+        out, end_hidden = engine.take_rows(out, rows.place), rows.to_items(end_hidden)
         stats["rounds"] += 1
         stats["decode_steps"] += int(out.steps)
-        stats["decode_row_steps"] += int(out.steps) * len(state.done)
-        stats["decode_tokens"] += int(out.num_tokens[:len(alive)].sum())
+        stats["decode_row_steps"] += int(out.steps) * rows.rows
+        stats["decode_tokens"] += int(out.num_tokens.sum())
         continuing, finished_now = _finish_round(forest, alive, out, end_hidden, decode,
                                                  stop_text)
         alive = _branch(forest, continuing, finished_now, host_rng, stats)
     rows_out = [leaf for group in forest.leaves for leaf in group]
     for leaf in rows_out:
-        forest.pool.release(leaf.prefix + leaf.pages)
-    if forest.pool.used_pages:
-        raise RuntimeError(f"KV page leak: {forest.pool.used_pages} pages still in use")
+        forest.pool(leaf).release(leaf.prefix + leaf.pages)
+    in_use = sum(pool.used_pages for pool in forest.pools)
+    if in_use:
+        raise RuntimeError(f"KV page leak: {in_use} pages still in use")
     for reason in ("stop", "length", "repetition"):
         stats[f"finish_{reason}"] = sum(leaf.finish == reason for leaf in rows_out)
     return _rollouts(rows_out, tree, config, stats | {
-        "prefill_tokens": int(sum(map(len, prompts))), "kv_pages": forest.pool.num_pages,
-        "pages_in_use_after_release": forest.pool.used_pages,
+        "prefill_tokens": int(sum(map(len, prompts))),
+        "kv_pages": sum(pool.num_pages for pool in forest.pools),
+        "pages_in_use_after_release": in_use,
         "nodes": len(forest.internal) + len(rows_out)})
 
 
 def _plant(config: ModelConfig, params: dict, prompts: list[list[int]], tree: TreeConfig,
            sharding: ActivationSharding | None):
     """(the forest of root nodes, the KV cache) after the prompts' prefill into a pool
-    sized from buckets, so that the cache shape, like every other, repeats across calls."""
-    ps, b = tree.page_size, len(prompts)
-    rows_b = engine.next_pow2(b)
+    sized from buckets, so that the cache shape, like every other, repeats across calls.
+    With batch shards each prompt's tree lives on one (`sampling.shards.assign`), whose
+    pool is sized for the trees there."""
+    ps, b, count = tree.page_size, len(prompts), shards_lib.of(sharding).count
+    shard = shards_lib.assign([tree.leaves_per_prompt] * b, count)
+    per_shard = engine.next_pow2(int(np.bincount(shard, minlength=count).max()))
     prompt_pages = engine.prompt_bucket(max(map(len, prompts)), ps) // ps
     seg_pages = tree.segment_len // ps
-    pool = PagePool(1 + rows_b * (prompt_pages + tree.leaves_per_prompt * tree.max_depth
-                                  * seg_pages))
-    tables, offsets, slots, hidden, cache = engine.prefill_prompts(
-        config, params, pool, prompts, ps, sharding=sharding)
-    hidden = engine.as_numpy(hidden)
+    pools = [PagePool(1 + per_shard * (prompt_pages + tree.leaves_per_prompt * tree.max_depth
+                                       * seg_pages)) for _ in range(count)]
+    layout = engine.layout_prompts(pools, prompts, ps, config.pad_token_id or 0, shard)
+    hidden, cache = engine.prefill_layout(config, params, sum(p.num_pages for p in pools),
+                                          layout, sharding=sharding)
+    hidden = engine.as_numpy(hidden)[layout.rows]
     roots = [Node(prompt=i, depth=0, path=(), prefix=[], hidden=hidden[i], parent=None)
              for i in range(b)]
-    forest = _Forest(tree, pool, tables, offsets, slots, hidden, roots, [[] for _ in range(b)])
+    forest = _Forest(tree, pools, shard, layout.tables[layout.rows], layout.offsets[layout.rows],
+                     layout.slots, hidden, roots, [[] for _ in range(b)])
     return forest, cache
 
 
-def _round_state(forest: _Forest, alive: list[Node]) -> engine.RowState:
-    """The decode rows of one round: each alive node with fresh pages for its segment.
-    Siblings (children of one node, or of the prompt) share their whole prefix: one
-    group each, read once per step for all of them."""
+def _round_state(forest: _Forest, alive: list[Node]
+                 ) -> tuple[engine.RowState, shards_lib.Placement]:
+    """The decode rows of one round, placed on their prompts' shards: each alive node with
+    fresh pages for its segment. Siblings (children of one node, or of the prompt) share
+    their whole prefix: one group each, read once per step for all of them."""
     ps, seg = forest.tree.page_size, forest.tree.segment_len
-    rows = engine.row_bucket(len(alive))
-    group_of: dict[tuple[int, ...], int] = {}
+    placed = shards_lib.place(forest.shard[[node.prompt for node in alive]], len(forest.pools))
+    rows = placed.rows
+    group_of: dict[tuple, int] = {}  # (shard, prefix): page ids are local to a shard
     row_group = np.zeros(rows, np.int32)
-    for r, node in enumerate(alive):
-        row_group[r] = group_of.setdefault(tuple(node.prefix), len(group_of))
-    width = max(len(prefix) for prefix in group_of)
+    for r, node in zip(placed.place, alive, strict=True):
+        row_group[r] = group_of.setdefault((forest.shard[node.prompt], tuple(node.prefix)),
+                                           len(group_of))
+    width = max(len(prefix) for _, prefix in group_of)
     group_tables = np.full((len(group_of), width), NULL_PAGE, np.int32)
     group_offsets = np.zeros(len(group_of), np.int32)
     segment = np.full((rows, seg // ps), NULL_PAGE, np.int32)
     positions = np.zeros(rows, np.int32)
     start_hidden = np.zeros((rows, forest.hidden.shape[1]), forest.hidden.dtype)
-    for r, node in enumerate(alive):
+    for r, node in zip(placed.place, alive, strict=True):
         g = row_group[r]
         group_tables[g, width - len(node.prefix):] = node.prefix
         # the prefix is right-aligned in the view; the prompt table leads it
         group_offsets[g] = (width - len(node.prefix)) * ps + forest.offsets[node.prompt]
-        node.pages = forest.pool.alloc(seg // ps)
+        node.pages = forest.pool(node).alloc(seg // ps)
         segment[r] = node.pages
         positions[r] = forest.slots - forest.offsets[node.prompt] + (node.depth - 1) * seg
         start_hidden[r] = node.hidden
-    done = np.arange(rows) >= len(alive)
+    done = ~placed.real()
     pages = engine.page_rows(group_tables, group_offsets, row_group,
-                             np.zeros((rows, 0), np.int32), segment, done)
-    return engine.RowState(hidden=start_hidden, pages=pages, positions=positions, done=done)
+                             np.zeros((rows, 0), np.int32), segment, done, placed.count)
+    return engine.RowState(hidden=start_hidden, pages=pages, positions=positions, done=done,
+                           ids=placed.ids()), placed
 
 
 def _finish_round(forest: _Forest, alive: list[Node], out, end_hidden: np.ndarray,
@@ -330,7 +349,7 @@ def _branch(forest: _Forest, continuing: list[list[Node]], finished_now: list[in
                                             tree.policy_temperature)
             for node, count in zip(nodes, counts, strict=True):
                 alive += [forest.spawn(i, node) for _ in range(count)]
-                forest.pool.release(node.prefix + node.pages)  # children hold them now
+                forest.pool(node).release(node.prefix + node.pages)  # children hold them now
                 forest.internal.append(node)
         elif budget > 0 and tree.fallback:
             plan = tree_schedule.fallback_plan([leaf.finish for leaf in leaves],

@@ -55,3 +55,4 @@ def _shared_compilation_cache(tmp_path_factory):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     yield
+from tests.storage_emulator import gcs  # noqa: E402, F401 - the local GCS server fixture

@@ -7,6 +7,8 @@
   rl.checkpoint.loop        `fit(job, ...)`: resume, snapshots, rollback of failed
                             steps, persistent checkpoints, preemption
   rl.checkpoint.preemption  SIGTERM / SIGINT: finish or abandon the step, checkpoint
+  rl.checkpoint.agreement   the same fault decisions in every process of a multi-process
+                            run (rollback, preemption, time-based saves, a lost process)
   rl.checkpoint.faults      fault injection for the tests (`config.fault`)
 
 Design and measurements: docs/fault_tolerance.md.

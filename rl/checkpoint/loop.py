@@ -14,8 +14,9 @@ A job is an object with
   * resumes from the newest usable checkpoint in `directory` (damaged ones are
     skipped with a warning) and rewinds the logs to it;
   * runs the steps; every `snapshot_every` steps it snapshots the state in host
-    memory (`rl.checkpoint.snapshot`), every `every` steps and at the end it writes a
-    persistent checkpoint (`rl.checkpoint`, asynchronous);
+    memory (`rl.checkpoint.snapshot`), every `every` steps, once `every_s` seconds
+    have passed since the last save, and at the end it writes a persistent
+    checkpoint (`rl.checkpoint`, asynchronous);
   * a step that raises, or whose loss or gradient norm is not finite, is rolled
     back: the last snapshot is restored, the batch the step consumed is skipped
     (the iterator keeps its position past it), a `rollback` event goes to the
@@ -23,16 +24,25 @@ A job is an object with
     steps in a row stop the run (`RunStopped`) after saving the last good state;
   * on SIGTERM / SIGINT (`rl.checkpoint.preemption`) it checkpoints at the end of the step
     and raises `Preempted`; an abandoned step saves the last snapshot instead.
+With several processes each step ends with one decision every process takes together
+(`rl.checkpoint.agreement`): a failure in any process rolls back all of them, a signal to
+any stops all of them after the same step, the time-based save is due on process 0's
+clock. A collective that fails because another process is gone raises `PeerLost` (no
+checkpoint is written: that needs every process); so does an abandoned step there.
 """
 
 from __future__ import annotations
 
 import math
-import os
+import signal
 import sys
 from typing import Any
 
-from rl.checkpoint.persistent import Checkpoints, one_line
+import jax
+
+from models import multihost, paths
+from rl.checkpoint.agreement import Agreement, PeerLost, StepFailed, Verdict, describe
+from rl.checkpoint.persistent import Checkpoints
 from rl.checkpoint.preemption import Abandoned, Preempted, Watch
 from rl.checkpoint.snapshot import Snapshots
 
@@ -54,8 +64,8 @@ def check_finite(metrics: dict) -> None:
             raise NonFinite(f"non-finite {key} ({float(value)})")
 
 
-def describe(error: BaseException) -> str:
-    return one_line(error, 240)
+def _signal_name(signum: int | None) -> str:
+    return signal.Signals(signum).name if signum else "a signal"
 
 
 class _Loop:
@@ -68,6 +78,9 @@ class _Loop:
         self.skips: dict[int, dict] = {}  # step -> data position to continue from there
         self.saved: set[int] = set()  # steps this process has checkpointed
         self.template = None
+        self.agreement = Agreement(section.every_s)
+        self.gone = False  # another process is lost: nothing that needs it may run
+        self.step = 0  # the step running
 
     # -- state --------------------------------------------------------------------------------
     def host(self) -> dict:
@@ -88,6 +101,7 @@ class _Loop:
             return
         self.ckpts.save(step, self.job.get_state(), self.host(), wait=wait)
         self.saved.add(step)
+        self.agreement.saved()
 
     def save_snapshot(self) -> int:
         """Restores the last complete snapshot and writes it to disk; returns its step."""
@@ -125,45 +139,89 @@ class _Loop:
                 job.log.write(0, before, console=False)
         before = job.log.record(0)
         self.snaps.take(start, job.get_state(), self.host())
-        metrics: dict = {}
-        failures = 0
         try:
             with Watch(s.abandon_after_s, stream=self.stream) as watch:
-                step = start + 1
-                while step <= job.total_steps:
-                    try:
-                        if step in self.skips:
-                            job.set_data_state(self.skips[step])
-                        metrics = job.step(step)
-                        check_finite(metrics)
-                        if job.eval_due(step):
-                            metrics.update(job.evaluate())
-                    except Exception as e:  # noqa: BLE001 - any failure of a step rolls back
-                        failures += 1
-                        step = self.rollback(step, e, failures)
-                        continue
-                    failures = 0
-                    job.log.write(step, metrics)
-                    if s.snapshot_every and step % s.snapshot_every == 0:
-                        self.snaps.take(step, job.get_state(), self.host())
-                    if (s.every and step % s.every == 0) or step == job.total_steps:
-                        self.save(step)
-                    job.after_step(step)
-                    if watch.requested:
-                        self.save(step, wait=True)
-                        raise Preempted(watch.requested, step, self.ckpts.path(step))
-                    step += 1
+                metrics = self.steps(start, watch)
         except Abandoned:
+            if multihost.process_count() > 1:  # the others may be inside the step's collectives
+                raise self.lost(
+                    f"it abandoned its step after {_signal_name(watch.requested)} "
+                    f"(checkpoint.abandon_after_s={s.abandon_after_s:g}), and with several "
+                    "processes the snapshot cannot be saved while the others may be inside "
+                    "the step") from None
             saved = self.save_snapshot()
             raise Preempted(watch.requested or 15, saved, self.ckpts.path(saved)) from None
+        except PeerLost as e:
+            raise self.lost(
+                f"a collective failed ({e}): another process of the run died, hung or was "
+                "stopped, and nothing can be saved without it") from e
+        except (Preempted, RunStopped):
+            raise
+        except Exception as e:
+            if multihost.process_count() == 1:
+                raise
+            # after a step's decision (a save, a snapshot, an export): not decided together,
+            # so the others may wait for this process in a collective it will not reach
+            raise self.lost(f"{describe(e)}, after step {self.step}'s decision, where the "
+                            "processes cannot roll back together") from e
         finally:
-            self.ckpts.close()
+            if not self.gone:  # closing waits for writes that need the lost process
+                self.ckpts.close()
         after = {k: v for k, v in metrics.items() if k.startswith("heldout/")}
         return {"before": before, "after": after, "resumed_from": start, "finished": False}
 
-    def rollback(self, step: int, error: Exception, failures: int) -> int:
-        """Restores the last snapshot after step `step` failed; returns the step to run next."""
-        cause = describe(error)
+    def steps(self, start: int, watch: Watch) -> dict:
+        """Steps start + 1 .. total_steps; each ends with every process's decision
+        (`rl.checkpoint.agreement`). Returns the last step's metrics."""
+        job, s = self.job, self.section
+        metrics: dict = {}
+        failures = 0
+        step = start + 1
+        while step <= job.total_steps:
+            self.step, error = step, None
+            try:
+                if step in self.skips:
+                    job.set_data_state(self.skips[step])
+                metrics = job.step(step)
+                check_finite(metrics)
+                if job.eval_due(step):
+                    metrics.update(job.evaluate())
+            except Exception as e:  # noqa: BLE001 - any failure of a step rolls back
+                error = e
+            if isinstance(error, StepFailed):  # every process already knows
+                verdict = Verdict(error.cause, 0, False)
+            else:
+                verdict = self.agreement.decide(error, watch.requested)
+            if verdict.failure is not None:
+                failures += 1
+                step = self.rollback(step, error, verdict.failure, failures)
+                continue
+            failures = 0
+            job.log.write(step, metrics)
+            if s.snapshot_every and step % s.snapshot_every == 0:
+                self.snaps.take(step, job.get_state(), self.host())
+            if ((s.every and step % s.every == 0) or step == job.total_steps
+                    or verdict.save_due):
+                self.save(step)
+            job.after_step(step)
+            if verdict.signum:
+                self.save(step, wait=True)
+                raise Preempted(verdict.signum, step, self.ckpts.path(step))
+            step += 1
+        return metrics
+
+    def lost(self, why: str) -> PeerLost:
+        """The one-line `PeerLost` this process stops with: no checkpoint can be written
+        (a collective) without the other processes."""
+        self.gone = True
+        return PeerLost(
+            f"process {jax.process_index()} of {multihost.process_count()} stopped: {why}. "
+            "Restart every process with the same command to resume from the newest "
+            f"complete checkpoint in {self.ckpts.directory}")
+
+    def rollback(self, step: int, error: Exception | None, cause: str, failures: int) -> int:
+        """Restores the last snapshot after step `step` failed (in this process: `error`;
+        in any: `cause`); returns the step to run next."""
         if failures >= self.section.max_rollbacks:
             saved = self.save_snapshot()
             raise RunStopped(
@@ -187,5 +245,5 @@ class _Loop:
 def fit(job, *, directory: str, section, stream=None) -> dict:
     """Runs `job` to `job.total_steps` with resume, snapshots, rollback and preemption
     (see the module doc). Returns {"before", "after", "resumed_from", "finished"}."""
-    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    paths.makedirs(paths.dirname(paths.absolute(directory)))
     return _Loop(job, directory, section, stream).run()

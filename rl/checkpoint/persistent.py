@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -47,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from models import multihost
+from models import multihost, paths
 from rl.checkpoint.storage import (
     SPACE_MARGIN,
     CheckpointError,
@@ -63,6 +62,7 @@ FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
 READABLE_FORMATS = (1, 2)
 ARRAY_KEY = "__array__"
 TMP_MARKER = ".orbax-checkpoint-tmp"
+COMMIT_MARKER = "commit_success.txt"  # a finished step on object storage (no renames there)
 # Keys a resumed run may change. Everything else (model, algorithm, data, sampling,
 # optimizer, seed, ...) must equal the checkpoint's.
 RESUMABLE = ("train.steps", "train.log_every", "train.eval_every", "train.export_every",
@@ -188,7 +188,7 @@ class Checkpoints:
     def __init__(self, directory: str, *, config=None, run_config=None, keep: int = 3,
                  asynchronous: bool = True, stream=None, read_only: bool = False):
         quiet_orbax()
-        self.ocp, self.directory = ocp, os.path.abspath(directory)
+        self.ocp, self.directory = ocp, paths.absolute(directory)
         self.config = config_dict(config) if config is not None else None
         self.run_config = config_dict(run_config) if run_config is not None else self.config
         self.stream = stream or sys.stderr
@@ -205,7 +205,7 @@ class Checkpoints:
         return sorted(self.manager.all_steps())
 
     def path(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return paths.join(self.directory, str(step))
 
     def save(self, step: int, state: Any, host: dict, *, wait: bool = False) -> None:
         """Writes `state` (a pytree with a "params" entry) and `host` (JSON values and
@@ -341,17 +341,22 @@ class Checkpoints:
 
 
 def incomplete_steps(directory: str) -> list[str]:
-    """Step directories Orbax left unfinished (a process killed mid-write)."""
-    if not os.path.isdir(directory):
+    """Step directories Orbax left unfinished (a process killed mid-write): temporary
+    ones, or on object storage steps without their commit marker."""
+    if not paths.isdir(directory):
         return []
-    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if TMP_MARKER in n)
+    names = paths.listdir(directory)
+    if paths.is_remote(directory):
+        return sorted(paths.join(directory, n) for n in names if n.isdigit()
+                      and not paths.exists(paths.join(directory, n, COMMIT_MARKER)))
+    return sorted(paths.join(directory, n) for n in names if TMP_MARKER in n)
 
 
 def check_resume(directory: str, cfg) -> dict | None:
     """Before any compute: the newest readable checkpoint's meta in `directory`
     (None when there is none), after checking that `cfg` may resume it (raises
     CheckpointError naming every differing key)."""
-    if not os.path.isdir(directory):
+    if not paths.isdir(directory):
         return None
     ckpts = Checkpoints(directory, config=cfg, asynchronous=False, read_only=True)
     try:
@@ -373,7 +378,7 @@ def check_resume(directory: str, cfg) -> dict | None:
 
 def stored_steps(directory: str) -> list[int]:
     """The steps of the checkpoints in `directory`, ascending (none are read)."""
-    if not os.path.isdir(directory):
+    if not paths.isdir(directory):
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
     try:
@@ -385,7 +390,7 @@ def stored_steps(directory: str) -> list[int]:
 def restore_params(directory: str, template: Any, step: int | None = None) -> tuple[int, Any]:
     """(step, params) from a checkpoint directory (the newest usable step when `step` is
     None), placed like `template` (the policy's params, or their ShapeDtypeStructs)."""
-    if not os.path.isdir(directory):
+    if not paths.isdir(directory):
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
     try:
@@ -418,7 +423,7 @@ def restore_params(directory: str, template: Any, step: int | None = None) -> tu
 def stored_config(directory: str, step: int | None = None) -> dict:
     """The run's full config dict stored with a checkpoint (the newest readable one by
     default)."""
-    if not os.path.isdir(directory):
+    if not paths.isdir(directory):
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     ckpts = Checkpoints(directory, asynchronous=False, read_only=True)
     try:

@@ -11,6 +11,8 @@ import logging
 import os
 import shutil
 
+from models import paths
+
 
 class CheckpointError(Exception):
     """No usable checkpoint where one was expected, or one this run cannot resume."""
@@ -75,7 +77,10 @@ def quiet_orbax() -> None:
 
 
 def free_bytes(directory: str) -> int | None:
-    """Free bytes of the file system holding `directory` (None when unknown)."""
+    """Free bytes of the file system holding `directory` (None when unknown, and on
+    object storage, which has no such limit to check: a bucket's quota is not free space)."""
+    if paths.is_remote(directory):
+        return None
     path = directory
     while path and not os.path.exists(path):
         path = os.path.dirname(path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ import jax
 import ml_collections
 
 import models
-from models import extras, multihost, sharding
+from models import extras, multihost, paths, sharding
 from models.byte_tokenizer import save_byte_tokenizer
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
@@ -108,16 +107,21 @@ def message(error: BaseException) -> str:
 
 
 def _tokenizer(cfg, workdir: str | None) -> tuple[Any, str]:
+    if paths.is_remote(cfg.model.hf_path):
+        raise ValueError(f"model.hf_path={cfg.model.hf_path}: the initial model is read from a "
+                         "local directory; copy it out of its bucket first")
     path = cfg.data.tokenizer or cfg.model.hf_path
     if not path:
-        path = os.path.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
+        path = paths.join(workdir, "tokenizer") if workdir else tempfile.mkdtemp()
         if not workdir or multihost.is_primary():  # a shared workdir: one process writes
-            save_byte_tokenizer(path)
+            with paths.staged(path) as local:
+                save_byte_tokenizer(local)
         if workdir:
             multihost.sync("byte tokenizer")
-    if not os.path.isdir(path):
+    if not paths.isdir(path):
         raise FileNotFoundError(f"tokenizer directory {path} does not exist")
-    return models.load_tokenizer(path), path
+    with paths.local_copy(path) as local:  # the tokenizer reads its files when it loads
+        return models.load_tokenizer(local), path
 
 
 def _model_config(cfg, tokenizer) -> ModelConfig:
@@ -285,10 +289,10 @@ def abstract_params(run: Run) -> Any:
 def checkpoint_dir(path: str) -> str | None:
     """The Orbax checkpoint directory `path` names: a training workdir (its
     `checkpoints/`) or such a directory itself; None when it is neither."""
-    for candidate in (os.path.join(path, "checkpoints"), path):
-        if os.path.isdir(candidate) and any(
-                name.isdigit() and os.path.isdir(os.path.join(candidate, name))
-                for name in os.listdir(candidate)):
+    for candidate in (paths.join(path, "checkpoints"), path):
+        if paths.isdir(candidate) and any(
+                name.isdigit() and paths.isdir(paths.join(candidate, name))
+                for name in paths.listdir(candidate)):
             return candidate
     return None
 
@@ -324,14 +328,17 @@ def encode_prompt(tokenizer, text: str, *, chat_template: bool = False,
 
 
 def export(path: str, run: Run, params: Any) -> str:
-    """Writes the policy and its tokenizer as a Hugging Face directory."""
-    models.save_pretrained(path, run.model_config, params)  # gathers; process 0 writes
+    """Writes the policy and its tokenizer as a Hugging Face directory (on object
+    storage: written locally, then uploaded)."""
     if not multihost.is_primary():
+        models.save_pretrained(path, run.model_config, params)  # gathers; writes nothing
         multihost.sync(f"export {path}")
         return path
-    for name in os.listdir(run.tokenizer_dir):
-        src = os.path.join(run.tokenizer_dir, name)
-        if os.path.isfile(src) and not os.path.exists(os.path.join(path, name)):
-            shutil.copy(src, path)
+    with paths.staged(path) as local:
+        models.save_pretrained(local, run.model_config, params)
+        for name in paths.listdir(run.tokenizer_dir):
+            src = paths.join(run.tokenizer_dir, name)
+            if paths.isfile(src) and not os.path.exists(os.path.join(local, name)):
+                paths.copy_file(src, os.path.join(local, name))
     multihost.sync(f"export {path}")
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 
+from models import paths
 from rl.algorithms.algorithm import Algorithm
 from rl.train import april
 from sampling import SamplingParams
@@ -76,11 +77,14 @@ def check_sft(s) -> None:
     if s.shared_dir and jax.process_count() > 1:
         raise ValueError("sft.shared_dir is for single-process runs (a sweep's): its file "
                          "lock does not order the processes of one run; leave it empty")
+    if paths.is_remote(s.shared_dir):
+        raise ValueError(f"sft.shared_dir={s.shared_dir} is on object storage, which has no "
+                         "file locks to share a warm start: use a local or shared-disk folder")
 
 
 def check_checkpoint(c) -> None:
     _positive(c, "checkpoint", ("keep", "max_rollbacks"), strict=True)
-    _positive(c, "checkpoint", ("every", "snapshot_every", "abandon_after_s"), strict=False)
+    _positive(c, "checkpoint", ("every", "every_s", "snapshot_every", "abandon_after_s"), strict=False)
 
 
 def check_update_schedule(cfg, alg: Algorithm) -> None:

@@ -15,6 +15,10 @@ determinism test relies on. TensorBoard files are written with
 With several processes (JAX's multi-controller runtime) only process 0
 writes files and the console; the others keep their records in memory.
 
+A workdir on object storage (gs://, s3://: models/paths.py) cannot be appended to:
+the files are written in a local folder and uploaded whole after each write (two
+objects per step: metrics.jsonl and the event file, each as long as the run so far).
+
 Resuming (`rewind(step)`): metrics.jsonl keeps its lines up to `step` (and
 its event lines) and drops the rest; the TensorBoard directory is rewritten from those lines, so
 TensorBoard never sees a step twice or out of order.
@@ -27,10 +31,11 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 
-from models import extras, multihost
+from models import extras, multihost, paths
 
 TIMING_PREFIXES = ("time/", "perf/")
 CONSOLE_KEYS = (("reward/mean", "reward"), ("accuracy", "acc"), ("heldout/accuracy", "heldout"),
@@ -59,14 +64,19 @@ class RunLog:
         self.memory: list[dict] | None = None if self.primary else []
         if not self.primary:
             tensorboard = False
-        os.makedirs(workdir, exist_ok=True)
+        paths.makedirs(workdir)
         self.summary = None
         if tensorboard:  # first, so a missing package fails before any file is opened
             self.summary = extras.require("tensorboard.summary", "tensorboard",
                                           "TensorBoard logging")
-        self.tb_dir = os.path.join(workdir, "tensorboard", name)
-        self.path = os.path.join(workdir, "metrics.jsonl" if name == "train"
-                                 else f"{name}_metrics.jsonl")
+        self.tb_dir = paths.join(workdir, "tensorboard", name)
+        self.path = paths.join(workdir, "metrics.jsonl" if name == "train"
+                               else f"{name}_metrics.jsonl")
+        # where the files are written: here, or (object storage) a local folder made by
+        # rewind() and uploaded after each write
+        self.remote, self.stage = self.primary and paths.is_remote(workdir), None
+        self.local_path, self.local_tb = (None, None) if self.remote else (self.path,
+                                                                           self.tb_dir)
         self.file = self.writer = None  # opened by rewind() (or the first write)
         self.total, self.name, self.every = total_steps, name, every
         self.stream = stream or sys.stdout
@@ -83,15 +93,30 @@ class RunLog:
         if self.memory is not None:
             self.memory = kept
             return
-        with open(self.path, "w") as f:
+        if self.remote and self.stage is None:
+            self.stage = tempfile.mkdtemp(prefix="runlog.")
+            self.local_path = os.path.join(self.stage, "metrics.jsonl")
+            self.local_tb = os.path.join(self.stage, "tensorboard")
+        with open(self.local_path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
-        self.file = open(self.path, "a")  # noqa: SIM115 - open for the run
+        self.file = open(self.local_path, "a")  # noqa: SIM115 - open for the run
         if self.summary is not None:
-            shutil.rmtree(self.tb_dir, ignore_errors=True)
-            self.writer = self.summary.Writer(self.tb_dir)
+            shutil.rmtree(self.local_tb, ignore_errors=True)
+            if self.remote:
+                paths.rmtree(self.tb_dir)  # the new writer starts a new event file
+            self.writer = self.summary.Writer(self.local_tb)
             for record in kept:
                 self._scalars(record)
             self.writer.flush()
+        self._upload()
+
+    def _upload(self) -> None:
+        """On object storage: the local files replace the stored ones."""
+        if not self.remote:
+            return
+        paths.copy_file(self.local_path, self.path)
+        if self.writer is not None:
+            paths.upload(self.local_tb, self.tb_dir)
 
     def start_over(self) -> None:
         self.rewind(-1)
@@ -100,7 +125,9 @@ class RunLog:
         """The lines of metrics.jsonl so far (metrics and events)."""
         if self.memory is not None:
             return list(self.memory)
-        return read(self.path) if os.path.exists(self.path) else []
+        if self.local_path is not None and os.path.exists(self.local_path):
+            return read(self.local_path)
+        return read(self.path) if paths.exists(self.path) else []
 
     def record(self, step: int) -> dict:
         """The metrics logged for `step`, without the "step" key ({} when none)."""
@@ -128,6 +155,7 @@ class RunLog:
         if self.writer is not None:
             self._scalars(record)
             self.writer.flush()
+        self._upload()
         if console and (step % self.every == 0 or step == self.total):
             self.progress(step, record)
 
@@ -160,6 +188,7 @@ class RunLog:
             return
         self.file.write(json.dumps(line) + "\n")
         self.file.flush()
+        self._upload()
 
     def _close_files(self) -> None:
         if self.file is not None:
@@ -170,10 +199,13 @@ class RunLog:
 
     def close(self) -> None:
         self._close_files()
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = self.local_path = self.local_tb = None
 
 
 def read(path: str) -> list[dict]:
-    with open(path) as f:
+    with paths.open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -193,8 +225,8 @@ def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read(os.path.join(workdir, "metrics.jsonl"))
-    out = out or os.path.join(workdir, "progress.png")
+    records = read(paths.join(workdir, "metrics.jsonl"))
+    out = out or paths.join(workdir, "progress.png")
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for key, label, style in (("reward/mean", "train reward (mean)", "-"),
                               ("heldout/accuracy", "held-out accuracy (greedy)", "o-")):
@@ -206,8 +238,12 @@ def plot(workdir: str, out: str | None = None, *, title: str = "") -> str:
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    ax.set_title(title or os.path.basename(os.path.abspath(workdir)))
+    ax.set_title(title or paths.basename(paths.absolute(workdir)))
     fig.tight_layout()
-    fig.savefig(out)
+    with tempfile.TemporaryDirectory() as tmp:  # savefig writes local files only
+        local = out if not paths.is_remote(out) else os.path.join(tmp, "plot.png")
+        fig.savefig(local)
+        if local != out:
+            paths.copy_file(local, out)
     plt.close(fig)
     return out

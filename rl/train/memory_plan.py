@@ -35,15 +35,17 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                (`Algorithm.needs_reference`), else 0; 0 with rl.reference.offload (in host
                memory; on the devices only while it scores, next to no gradients).
   kv_pool      the largest sampling call's pool, k [L, pages, K, Dh, ps] + v [L, pages, K,
-               ps, Dh], b_c, kv heads over tensor (pages whole on every device,
-               docs/sampling.md), plus that decode call's tails k/v [L, R, K, Dh, W]
+               ps, Dh], b_c, pages over the s = data × fsdp batch shards (each shard holds
+               its prompts' groups, their rows and their pages: `sampling.shards`) and kv
+               heads over tensor, plus that decode call's tails k/v [L, R, K, Dh, W]
                (W = its steps; n = 1: the rows share nothing and the decode views their
                whole context), the step's new k/v [L, R, K, Dh] and logits [R, V] fp32 × 2.
-               flat: pages = 1 + pow2(P)·pp + R·gp, R = row_bucket(P·n), pp = pow2(ceil(Lp /
-                     ps)), seg = min(segment_len, ps·ceil(max_new / ps)), gp = ceil(max_new /
-                     seg)·seg / ps, W = seg;
-               tree: pages = 1 + pow2(P)·(pp + leaves·max_depth·seg_t / ps),
-                     R = row_bucket(P·leaves), W = seg_t (tree.segment_len).
+               With P' = ceil(P / s) prompts per shard:
+               flat: pages = s·(1 + pow2(P')·pp + R'·gp), R = s·R', R' = row_bucket(P'·n),
+                     pp = pow2(ceil(Lp / ps)), seg = min(segment_len, ps·ceil(max_new / ps)),
+                     gp = ceil(max_new / seg)·seg / ps, W = seg;
+               tree: pages = s·(1 + pow2(P')·(pp + leaves·max_depth·seg_t / ps)),
+                     R = s·row_bucket(P'·leaves), W = seg_t (tree.segment_len).
   decode_weights  what decode adds to the weights: the output head [D, V] in b_c (tied:
                the embedding transposed; or cast), and one layer's weights sliced by the
                layer scan. The trainer's sampler gets the mesh, so it uses the weights
@@ -330,20 +332,25 @@ def _sampler_terms(run, sizes: Mapping[str, int], lp: int):
     sp, ps = run.sampling_params, int(cfg.sampling.page_size)
     groups = int(cfg.train.prompts_per_step)
     pp = pow2(-(-lp // ps))
+    # `sampling.shards`: each of the d batch shards holds its prompts' groups, their rows
+    # and their pages (a pool of its own, ids local to it)
+    d = math.prod(sizes[a] for a in dict(run.rules)["batch"])
     if run.tree is not None:
         t = run.tree
-        rows, width = row_bucket(groups * t.leaves_per_prompt), t.segment_len
-        pages = 1 + pow2(groups) * (pp + t.leaves_per_prompt * t.max_depth * width // ps)
+        mine = -(-groups // d)
+        rows, width = d * row_bucket(mine * t.leaves_per_prompt), t.segment_len
+        pages = d * (1 + pow2(mine) * (pp + t.leaves_per_prompt * t.max_depth * width // ps))
     else:
         if cfg.rollout.april:
             groups = math.ceil(round(groups * float(cfg.rollout.over_provision), 9))
         n = run.samples_drawn
+        mine = -(-groups // d)
         seg = min(int(cfg.sampling.segment_len), ps * -(-sp.max_new_tokens // ps))
         gp = -(-sp.max_new_tokens // seg) * (seg // ps)
-        rows = row_bucket(groups * n)
-        pages = 1 + pow2(groups) * pp + rows * gp
+        rows = d * row_bucket(mine * n)
+        pages = d * (1 + pow2(mine) * pp + rows // d * gp)
         width = seg if n > 1 else (pp + gp) * ps  # n = 1: a dense view of every page
-    kv = ("layers", None, "kv_heads", None, None)  # `engine.shard_pool`: rows not split
+    kv = ("layers", "batch", "kv_heads", None, None)  # pages and rows over the batch axes
     kv_pool = (X((L, pages, K, Dh, ps), kv) + X((L, pages, K, ps, Dh), kv)
                + 2 * X((L, rows, K, Dh, width), kv)
                + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))

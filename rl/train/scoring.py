@@ -16,6 +16,7 @@ import numpy as np
 
 from models import multihost
 from rl import rewards as rewards_lib
+from rl.checkpoint import agreement
 
 
 def submit_rollouts(run, rollouts, references: Sequence):
@@ -31,19 +32,28 @@ def submit_rollouts(run, rollouts, references: Sequence):
 
 class JoinedRewards:
     """Every process's `Rewards` over its rows, joined in process order by `result()`
-    (a collective: every process calls it for the same batch)."""
+    (a collective: every process calls it for the same batch). Scoring that raises in
+    one process raises `StepFailed` in every process there (the join carries the error),
+    so the others do not wait for it in the step's next collective."""
 
     def __init__(self, local):
         self.local, self._result = local, None
 
     def result(self) -> rewards_lib.Rewards:
         if self._result is None:
-            mine = self.local.result()
-            blocks = multihost.allgather_json([{
-                "total": mine.total.tolist(), "correct": mine.correct.tolist(),
-                "parts": {k: v.tolist() for k, v in mine.parts.items()},
-                "timeouts": mine.timeouts, "crashes": mine.crashes}])
-            blocks = [b[0] for b in blocks]
+            error = block = None
+            try:
+                mine = self.local.result()
+                block = {"total": mine.total.tolist(), "correct": mine.correct.tolist(),
+                         "parts": {k: v.tolist() for k, v in mine.parts.items()},
+                         "timeouts": mine.timeouts, "crashes": mine.crashes}
+            except Exception as e:  # noqa: BLE001 - every process learns of it below
+                error = e
+            blocks = [b[0] for b in multihost.allgather_json(
+                [block if error is None else {"error": agreement.describe(error)}])]
+            failure = agreement.failure_of([b.get("error") for b in blocks])
+            if failure is not None:
+                raise agreement.StepFailed(failure) from error
 
             def join(get, dtype):
                 return np.concatenate([np.asarray(get(b), dtype) for b in blocks])

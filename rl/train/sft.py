@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 import models
-from models import multihost
+from models import multihost, paths
 from rl.algorithms import ops
 from rl.checkpoint import loop
 from rl.checkpoint.faults import Faults
@@ -138,7 +138,7 @@ class SFTJob:
         return bool(every and step % every == 0) or step == self.total_steps
 
     def after_step(self, step: int) -> None:
-        del step
+        self.faults.after_step(step)
 
 
 def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dict]:
@@ -146,7 +146,7 @@ def train(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any, dic
     {"before": ..., "after": ...})."""
     job = SFTJob(run, params, workdir, stream=stream)
     try:
-        summary = loop.fit(job, directory=os.path.join(workdir, "sft_checkpoints"),
+        summary = loop.fit(job, directory=paths.join(workdir, "sft_checkpoints"),
                            section=run.cfg.checkpoint, stream=stream)
     finally:
         job.log.close()
@@ -179,8 +179,7 @@ def fingerprint_key(run: Run) -> str:
 def _reusable(path: str, run: Run) -> dict | None:
     """The saved summary when DIR/sft holds a finished warm start of this fingerprint."""
     try:
-        with open(os.path.join(path, WARM_START_FILE)) as f:
-            saved = json.load(f)
+        saved = json.loads(paths.read_text(paths.join(path, WARM_START_FILE)))
     except (OSError, ValueError):
         return None
     return saved.get("summary") if saved.get("fingerprint") == fingerprint(run) else None
@@ -208,17 +207,18 @@ def warm_start(run: Run, params: Any, workdir: str, *, stream=None) -> tuple[Any
 
 
 def _warm_start_in(workdir: str, run: Run, params: Any, stream) -> tuple[Any, dict, bool]:
-    path = os.path.join(workdir, "sft")
+    path = paths.join(workdir, "sft")
     summary = _reusable(path, run)
     if summary is not None:
-        _, params = models.load_pretrained(path, run.model_config.weight_dtype, mesh=run.mesh,
-                                           rules=run.rules)
+        with paths.local_copy(path) as local:  # downloaded first when it is remote
+            _, params = models.load_pretrained(local, run.model_config.weight_dtype,
+                                               mesh=run.mesh, rules=run.rules)
         return params, summary, True
     params, summary = train(run, params, workdir, stream=stream)
     build.export(path, run, params)
     if multihost.is_primary():
-        with open(os.path.join(path, WARM_START_FILE), "w") as f:
-            json.dump({"fingerprint": fingerprint(run), "summary": summary}, f, indent=1)
+        paths.write_text(paths.join(path, WARM_START_FILE), json.dumps(
+            {"fingerprint": fingerprint(run), "summary": summary}, indent=1))
     multihost.sync("warm start written")
     return params, summary, False
 

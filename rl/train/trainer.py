@@ -307,7 +307,9 @@ class Trainer:
         return bool(every and step % every == 0) or step == self.total_steps
 
     def after_step(self, step: int) -> None:
-        """Hugging Face exports: DIR/exports/step_N every `train.export_every`, DIR/final."""
+        """Hugging Face exports: DIR/exports/step_N every `train.export_every`, DIR/final
+        (and `fault.kill_after_step`)."""
+        self.faults.after_step(step)
         every = self.cfg.train.export_every
         if every and step % every == 0 and step < self.total_steps:
             self.export(os.path.join("exports", f"step_{step}"))

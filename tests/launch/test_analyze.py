@@ -108,6 +108,8 @@ def test_two_checkpoints_of_a_training_workdir(tmp_path):
     (["--base=/nonexistent", "--rl=/nonexistent"], "is not a directory"),
     (["--base=.", "--rl=.", "--budgets=0,0.5"], "budgets must be in (0, 1]"),
     (["--base=.", "--rl=.", "--criteria=magnitude"], "unknown criteria"),
+    (["--base=.", "--rl=gs://bucket/run"], "--rl gs://bucket/run: launch.analyze reads and "
+     "writes local folders only"),
 ])
 def test_bad_input_is_one_line_before_any_compute(tmp_path, args, message):
     result = analyze(str(tmp_path / "out"), *args)

@@ -15,10 +15,7 @@ A rerun with one more step resumes from the two processes' Orbax checkpoint.
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -26,6 +23,7 @@ from safetensors.numpy import load_file
 
 from rl.train import logs
 from tests import subprocess_env
+from tests.launch import processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
@@ -38,61 +36,21 @@ def _env(devices: int) -> dict:
     return subprocess_env.env(devices=devices)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def _command(variant: str, workdir) -> list[str]:
-    return [sys.executable, "-m", "launch.train", f"--config={CONFIG}:{variant}",
-            f"--workdir={workdir}"]
+    return processes.train_command(f"{CONFIG}:{variant}", workdir)
 
 
-def _check(result) -> None:
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-
-
-def one_process(variant: str, workdir) -> subprocess.CompletedProcess:
-    result = subprocess.run(_command(variant, workdir), cwd=ROOT, env=_env(8),
+def one_process(variant: str, workdir, *args: str, devices: int = 8
+                ) -> subprocess.CompletedProcess:
+    result = subprocess.run(_command(variant, workdir) + list(args), cwd=ROOT,
+                            env=_env(devices),
                             capture_output=True, text=True, timeout=600, check=False)
-    _check(result)
+    processes.check(result)
     return result
 
 
 def two_processes(variant: str, workdir, *args: str) -> list[subprocess.CompletedProcess]:
-    """Both processes' results; when one fails the other is stopped at once (it would
-    wait in its next collective for the one that died)."""
-    port = _free_port()
-    logs_dir = workdir.parent / f"{workdir.name}-logs-{port}"
-    logs_dir.mkdir()
-    files = [(open(logs_dir / f"{i}.out", "w+"), open(logs_dir / f"{i}.err", "w+"))
-             for i in range(2)]
-    procs = [subprocess.Popen(
-        _command(variant, workdir) + [*args, f"--coordinator=localhost:{port}",
-                                      "--num_processes=2", f"--process_id={i}"],
-        cwd=ROOT, env=_env(4), stdout=out, stderr=err, text=True)
-        for i, (out, err) in enumerate(files)]
-    deadline = time.monotonic() + 600
-    while any(p.poll() is None for p in procs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
-            for p in procs:
-                p.kill()
-            break
-        time.sleep(0.5)
-    results = []
-    for proc, (out, err) in zip(procs, files, strict=True):
-        proc.wait()
-        out.seek(0)
-        err.seek(0)
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(),
-                                                   err.read()))
-        out.close()
-        err.close()
-    # the process that failed first, not the one stopped because of it (-9)
-    for result in sorted(results, key=lambda r: r.returncode == -9):
-        _check(result)
-    return results
+    return processes.two_processes(f"{CONFIG}:{variant}", workdir, *args)
 
 
 @pytest.mark.parametrize("variant", ["flat", "tree"])

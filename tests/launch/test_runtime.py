@@ -28,8 +28,11 @@ def test_configure_xla_adds_the_flags_before_the_backend_starts():
             "print(repr(runtime.configure_xla('--xla_backend_extra_options=-disable-lsr'))); "
             "print(os.environ['XLA_FLAGS']); "
             "print(repr(runtime.configure_xla('--xla_backend_extra_options=-disable-lsr')))")
+    # JAX_PLATFORMS=cpu: a CPU-only process also where an accelerator plugin is installed
+    # (`make test` installs libtpu for launch.compile)
     added, flags, again = _fresh_process(
-        code, XLA_FLAGS="--xla_force_host_platform_device_count=2").splitlines()
+        code, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu").splitlines()
     assert added == "'--xla_backend_extra_options=-disable-lsr'"
     assert flags == ("--xla_force_host_platform_device_count=2 "
                      "--xla_backend_extra_options=-disable-lsr")

@@ -19,6 +19,9 @@ import sys
 
 import pytest
 
+from launch.distributed import initialize_kwargs
+from tests.launch import slurm_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TPU_POD = os.path.join(ROOT, "launch", "tpu_pod.sh")
 SLURM_GPU = os.path.join(ROOT, "launch", "slurm_gpu.sh")
@@ -157,9 +160,27 @@ TPU = ["--tpu", "my-tpu", "--zone", "us-central2-b"]
     (["--tpu", "--zone", "z", "--", "python"], "--tpu needs a value"),
     ([*TPU, "--logs"], "--logs needs a value"),
     ([*TPU, "--workers", "4", "--", "python"], "unknown option: --workers"),
+    ([*TPU, "--", "python", "-m", "launch.train"],
+     "the command has no --workdir: pass --bucket NAME (it becomes gs://NAME/tpu_pod-"),
+    ([*TPU, "--", "python", "-m", "launch.train", "--workdir", "/shared/run"],
+     "--workdir /shared/run is a local path: TPU VMs have no shared disk"),
+    ([*TPU, "--bucket", "gs://b", "--", "python"], "--bucket takes a bucket name (no gs://)"),
 ])
 def test_tpu_pod_bad_arguments_fail_in_one_line(fake, args, message):
     _assert_usage_error(*fake(TPU_POD, *args, exec=True), message)
+
+
+@pytest.mark.parametrize("args,workdir", [
+    (["--bucket", "my-bucket", "--", "python", "-m", "launch.train"], f"gs://my-bucket/{RUN_ID}"),
+    (["--", "python", "-m", "launch.sft", "--workdir=s3://b/run"], "s3://b/run"),
+    (["--shared-disk", "--", "python", "-m", "launch.train", "--workdir=/mnt/nfs/run"],
+     "/mnt/nfs/run"),
+])
+def test_tpu_pod_workdir_is_on_object_storage_by_default(fake, args, workdir):
+    result, _ = fake(TPU_POD, *TPU, "--dry-run", *args, TPU_POD_RUN_ID=RUN_ID)
+    assert result.returncode == 0, result.stderr
+    run_line = result.stdout.splitlines()[0]
+    assert f"--workdir={workdir} 2>&1" in run_line, run_line
 
 
 def _quote(*words):
@@ -218,7 +239,7 @@ def test_tpu_pod_dry_run_prints_the_gcloud_commands(fake):
     assert result.returncode == 0 and calls == [], result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and all(line.startswith("gcloud compute tpus tpu-vm ") for line in lines)
-    assert '.venv/bin/pip install -e ".[tpu]"' in lines[0]  # the default SETUP_CMD
+    assert '.venv/bin/pip install -e ".[tpu,gcs]"' in lines[0]  # the default SETUP_CMD
     assert not (fake.tmp / "logs").exists()
     # the printed lines are the calls a real run makes, quoted for a shell
     printed = [fake(shutil.which("bash"), "-c", line)[1][0] for line in lines]
@@ -227,7 +248,7 @@ def test_tpu_pod_dry_run_prints_the_gcloud_commands(fake):
     flags = ("--zone=z", "--project=my project")
     user_cmd = _quote(".venv/bin/python", *PRINT_ARGS[1:])
     setup = ('python3 -m venv .venv && .venv/bin/pip install -U pip && '
-             '.venv/bin/pip install -e ".[tpu]"')
+             '.venv/bin/pip install -e ".[tpu,gcs]"')
     assert real == _tpu_calls("logs", setup, user_cmd, flags)
 
 
@@ -294,3 +315,30 @@ def test_slurm_gpu_dry_run_prints_the_command(fake, job_id, program):
     # the printed line is the call a real run makes
     assert fake(shutil.which("bash"), "-c", line, **env)[1] == fake(
         SLURM_GPU, *SLURM_OPTIONS, "--", *PRINT_ARGS, **env)[1]
+
+
+def _flags(line: str) -> dict[str, str]:
+    """The --name=value options of a printed sbatch / srun command, before the program."""
+    flags = {}
+    for word in shlex.split(line)[1:]:
+        if not word.startswith("--"):
+            break
+        name, _, value = word[2:].partition("=")
+        flags[name] = value
+    return flags
+
+
+def test_slurm_gpu_runs_one_process_per_node_that_gets_all_its_gpus(fake):
+    """The design (docs/scaling.md, "Launchers"): the job asks for G GPUs on each node and
+    one task per node, the step runs one task per node asking for no GPUs of its own
+    (srun's default then gives it all the job's GPUs on its node), and each such task's
+    environment makes launch/distributed.py pass JAX all G of them."""
+    submit = fake(SLURM_GPU, *SLURM_OPTIONS, "--dry-run", "--", *PRINT_ARGS)[0].stdout
+    step = fake(SLURM_GPU, *SLURM_OPTIONS, "--dry-run", "--", *PRINT_ARGS,
+                SLURM_JOB_ID="7")[0].stdout
+    sbatch, srun = _flags(submit), _flags(step)
+    assert (sbatch["nodes"], sbatch["ntasks-per-node"], sbatch["gpus-per-node"]) == ("4", "1", "2")
+    assert srun["ntasks-per-node"] == "1"
+    assert not {"gpus", "gpus-per-task", "gpus-per-node", "gres", "gpu-bind"} & set(srun)
+    tasks = slurm_env.job(nodes=4, gpus=2, tasks_per_node=1)
+    assert [initialize_kwargs(env) for env in tasks] == [{"local_device_ids": [0, 1]}] * 4

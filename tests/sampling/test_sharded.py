@@ -7,7 +7,7 @@ import pytest
 
 import models
 from models import sharding
-from sampling import SamplingParams, TreeConfig, engine, generate, tree_generate
+from sampling import SamplingParams, TreeConfig, engine, generate, kv_cache, tree_generate
 from tests.tolerances import fp32_atol
 
 SP = SamplingParams(temperature=1.0, max_new_tokens=16)
@@ -87,9 +87,9 @@ def _decode_programs(monkeypatch):
 @pytest.mark.parametrize("shape", [(2, 2, 2), (1, 2, 4)], ids=lambda s: "x".join(map(str, s)))
 def test_sharded_decode_runs_where_the_mesh_says(tiny, monkeypatch, shape):
     """Values alone passed while decode ignored its sharding; the compiled programs show
-    the placement: rows (tokens, hidden states) over the batch axes, the page pool's kv
-    heads over `tensor` (pages whole on every device), the weights as the learner placed
-    them (data, fsdp and tensor as `param_shardings` says)."""
+    the placement: rows (tokens, hidden states) and the page pool's pages over the batch
+    axes, its kv heads over `tensor`, the weights as the learner placed them (data, fsdp
+    and tensor as `param_shardings` says)."""
     config, params = tiny
     mesh = sharding.make_mesh(shape)
     act = sharding.ActivationSharding(mesh, sharding.make_rules())
@@ -108,24 +108,64 @@ def test_sharded_decode_runs_where_the_mesh_says(tiny, monkeypatch, shape):
         rows = _axes(act.spec(("batch",), out_shape.tokens.shape[:1]))
         assert rows  # the rows are split at all
         assert _axes(out.tokens.spec)[:1] == _axes(hidden.spec)[:1] == rows, (out, hidden)
-        kv = _axes(act.spec(("layers", None, "kv_heads", None, None), cache_shape.k.shape))
+        kv = _axes(act.spec(("layers", "batch", "kv_heads", None, None), cache_shape.k.shape))
+        assert kv[1:2] == rows  # pages with their rows (sampling/shards.py)
         assert _axes(cache.k.spec) == _axes(cache.v.spec) == _axes(cache_in.k.spec) == kv
         assert jax.tree.map(lambda s: _axes(s.spec), params_in) == want_params
 
 
-def test_sharded_pool_splits_kv_heads(tiny):
+def _prefill_programs(monkeypatch):
+    """Records the compiled program of every `engine.prefill` call (compiled again from
+    the same arguments: its output shardings and XLA's memory analysis)."""
+    programs, run = [], engine.prefill
+
+    def recording(*args, **kwargs):
+        programs.append(run.lower(*args, **kwargs).compile())
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "prefill", recording)
+    return programs
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2), (8, 1, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_kv_cache_per_device_shrinks_with_the_batch_shards(tiny, monkeypatch, shape):
+    """8 prompts × 4 samples: each of the D = data × fsdp shards holds its prompts' pages
+    and their rows' pages, at most 1/D of the one-device pool plus one page per row of
+    the shard (the bucket rounding), and `tensor` splits kv heads on top; shown by the
+    cache's shard shape and by the prefill program's memory analysis (its outputs: the
+    cache and the hidden states). Tokens and log-probs equal the one-device run's."""
     config, params = tiny
-    from sampling.page_pool import PagePool
-    mesh = sharding.make_mesh((2, 2, 2))
+    mesh = sharding.make_mesh(shape)
     act = sharding.ActivationSharding(mesh, sharding.make_rules())
     placed = sharding.shard_params(params, config, mesh, act.rules)
-    pool = PagePool(64)
-    *_, cache = engine.prefill_prompts(config, placed, pool, [[1, 2, 3]], 4, sharding=act)
-    spec = cache.k.sharding.spec
-    assert tuple(spec)[2] == "tensor", spec
-    # each device holds 1/2 of the pool: kv heads split over tensor=2
-    shard = cache.k.addressable_shards[0].data
-    assert shard.shape[2] * 2 == cache.k.shape[2]
+    prompts = _prompts(7, [5, 9, 3, 12, 7, 4, 10, 6], config.vocab_size)
+    one = generate(config, params, prompts, 4, SP, jax.random.key(1), page_size=4,
+                   segment_len=8)
+    programs = _prefill_programs(monkeypatch)
+    many = generate(config, placed, prompts, 4, SP, jax.random.key(1), page_size=4,
+                    segment_len=8, sharding=act)
+    _same(many, one, config)
+
+    d, t = shape[0] * shape[1], shape[2]
+    rows_per_shard = 8 * 4 // d
+    (compiled,) = programs
+    hidden, cache = compiled.output_shardings
+    pages = one.stats["kv_pages"]
+    assert many.stats["kv_pages"] <= pages + d  # D pools, each with its null page
+    page_bytes = kv_cache.cache_bytes(config, 1, 4)  # k and v of one page, every layer
+    k_shape = (config.num_layers, many.stats["kv_pages"], config.num_kv_heads,
+               config.head_dim, 4)
+    local = cache.k.shard_shape(k_shape)
+    assert local[1] * d == k_shape[1] and local[2] * t == k_shape[2], local
+    device_bytes = 2 * int(np.prod(local)) * np.dtype(config.compute_dtype).itemsize
+    bound = (pages / d + rows_per_shard) * page_bytes / t
+    assert device_bytes <= bound, (device_bytes, bound)
+    # XLA's own figure for the program's outputs: this cache shard, the hidden states
+    # ([rows, hidden] fp32, at most whole on each device) and the outputs' tuple of
+    # buffer pointers (8 bytes each; a few hundred bytes bound it)
+    hidden_bytes = 8 * 4 * config.hidden_size * np.dtype(config.compute_dtype).itemsize
+    out_bytes = compiled.memory_analysis().output_size_in_bytes
+    assert device_bytes <= out_bytes <= device_bytes + hidden_bytes + 256, out_bytes
 
 
 def test_page_attention_equals_the_dense_view_decode():

@@ -120,14 +120,19 @@ def test_kv_pool_and_decode_weights_by_hand(workdir, layout):
                       c.vocab_size)
     kt = t if K % t == 0 else 1
     plan = memory_plan.plan(run, prompt_len=40)
-    # 2 prompts of <= 40 tokens in 16-token pages: 3 pages, bucketed to 4; 2 × 2 rows; one
-    # 16-token segment of 1 page each: 1 null + 2 × 4 + 4 × 1 pages
-    pages, rows, width = 1 + 2 * 4 + 4 * 1, 4, 16
+    # 2 prompts of <= 40 tokens in 16-token pages: 3 pages, bucketed to 4; 2 samples each;
+    # one 16-token segment of 1 page each. Each of the s = data × fsdp shards holds its
+    # prompts (ceil(2 / s)), their rows and their pages, and a null page of its own:
+    s = d * f
+    mine = -(-2 // s)
+    rows = engine.row_bucket(mine * 2)  # per shard
+    pages = 1 + mine * 4 + rows * 1
+    width = 16
     pool = 2 * L * pages * (K // kt) * Dh * 16 * 4
     tails = 2 * L * rows * (K // kt) * Dh * width * 4
-    step = 2 * L * (rows // rows_split(rows, d, f)) * (K // kt) * Dh * 4
-    logits = 2 * (rows // rows_split(rows, d, f)) * (V // t) * 4
-    assert plan.shapes["kv_pages"] == pages
+    step = 2 * L * rows * (K // kt) * Dh * 4
+    logits = 2 * rows * (V // t) * 4
+    assert plan.shapes["kv_pages"] == s * pages and plan.shapes["decode_rows"] == s * rows
     assert plan.kv_pool == pool + tails + step + logits
     head = (D // f) * (V // t)  # the tied embedding transposed
     layer = hand_params(c, d, f, t) - (V // t) * (D // f) - D  # all layers' weights
