@@ -63,7 +63,7 @@ def pool_bytes(run, plan) -> int:
     """The planner's k/v pages alone (its kv_pool term less the decode call's tails)."""
     c = run.model_config
     ps, pages = int(run.cfg.sampling.page_size), plan.shapes["kv_pages"]
-    axes = ("layers", None, "kv_heads", None, None)
+    axes = ("layers", "batch", "kv_heads", None, None)  # pages over the batch shards
     sizes = dict(run.mesh.shape)
     item = 2 if c.dtype == "bfloat16" else 4
     return 2 * memory_plan.shard_bytes((c.num_layers, pages, c.num_kv_heads, c.head_dim, ps),

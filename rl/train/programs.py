@@ -19,6 +19,11 @@ sampler), n samples each, completions of C = `Run.completion_len` tokens.
   decode   `sampling.engine.decode` of the last (widest) segment of the flat sampler:
            its page tables hold every earlier segment's pages.
 
+The sampler's rows and pages are laid out as `sampling.flat.run_groups` lays them out on
+the mesh: each prompt group on one data × fsdp shard (`sampling.shards.assign`/`place`),
+one page pool per shard (`layout_prompts` with a pool per shard, `page_rows(..., shards)`),
+row ids for the draws (`RowState.ids`).
+
 Host-side layouts (page tables, row groups) come from the samplers' own code on dummy
 prompts of the planned length, so the shapes are the ones a step compiles.
 """
@@ -39,6 +44,7 @@ from rl.train import learner as learner_lib
 from rl.train.batch import PROMPT_MULTIPLE, round_up
 from rl.train.trainer import optimizer_for
 from sampling import engine
+from sampling import shards as shards_lib
 from sampling.page_pool import NULL_PAGE, PagePool
 
 PROGRAMS = ("update", "score", "prefill", "decode")
@@ -89,8 +95,10 @@ def abstract_batch(run, learner: learner_lib.Learner, prompt_len: int,
 
 
 def _sampler_layout(run, prompt_len: int):
-    """(prompt layout, pool pages, each row's prompt, real rows, the last segment's
-    PageRows, its first token's position after the prompt, segment length): `sampling.flat.run_groups` on dummy prompts."""
+    """(prompt layout, pool pages, each device row's prompt row, real rows, row ids, the
+    last segment's PageRows, its first token's position after the prompt, segment
+    length): what `sampling.flat.run_groups` lays out for dummy prompts of the planned
+    length, one page pool per batch shard (`sampling.shards`)."""
     cfg, sp, config = run.cfg, run.sampling_params, run.model_config
     ps, n = int(cfg.sampling.page_size), run.samples_drawn
     groups = int(cfg.train.prompts_per_step)
@@ -98,22 +106,26 @@ def _sampler_layout(run, prompt_len: int):
         groups = math.ceil(round(groups * float(cfg.rollout.over_provision), 9))
     seg = min(int(cfg.sampling.segment_len), ps * -(-sp.max_new_tokens // ps))
     seg_pages, segments = seg // ps, -(-sp.max_new_tokens // seg)
+    count = shards_lib.of(run.act).count
     prompts = [[1 + (i % (config.vocab_size - 1))] * prompt_len for i in range(groups)]
-    r = groups * n
-    rows = engine.row_bucket(r)
+    prompt_shard = shards_lib.assign([n] * groups, count)
+    rows = shards_lib.place(np.repeat(prompt_shard, n), count)
+    per_prompt = np.bincount(prompt_shard, minlength=count).max()
     prompt_pages = engine.prompt_bucket(prompt_len, ps) // ps
-    pool = PagePool(1 + engine.next_pow2(groups) * prompt_pages + rows * segments * seg_pages)
-    layout = engine.layout_prompts(pool, prompts, ps, config.pad_token_id or 0)
-    source = np.zeros(rows, np.int32)
-    source[:r] = np.repeat(np.arange(groups), n)
-    padding = np.arange(rows) >= r
-    own = np.full((rows, (segments - 1) * seg_pages), NULL_PAGE, np.int32)
-    fresh = np.full((rows, seg_pages), NULL_PAGE, np.int32)
-    for row in range(r):
-        own[row] = pool.alloc(own.shape[1])
-        fresh[row] = pool.alloc(seg_pages)
-    pages = engine.page_rows(layout.tables, layout.offsets, source, own, fresh, padding)
-    return layout, pool.num_pages, source, r, pages, (segments - 1) * seg, seg
+    pools = [PagePool(1 + engine.next_pow2(per_prompt) * prompt_pages
+                      + rows.per * segments * seg_pages) for _ in range(count)]
+    layout = engine.layout_prompts(pools, prompts, ps, config.pad_token_id or 0, prompt_shard)
+    source = np.arange(rows.rows) // rows.per * (len(layout.tables) // count)
+    source[rows.place] = layout.rows[np.repeat(np.arange(groups), n)]
+    real = rows.real()
+    own = np.full((rows.rows, (segments - 1) * seg_pages), NULL_PAGE, np.int32)
+    fresh = np.full((rows.rows, seg_pages), NULL_PAGE, np.int32)
+    for row in np.flatnonzero(real):
+        own[row] = pools[row // rows.per].alloc(own.shape[1])
+        fresh[row] = pools[row // rows.per].alloc(seg_pages)
+    pages = engine.page_rows(layout.tables, layout.offsets, source, own, fresh, ~real, count)
+    return (layout, sum(p.num_pages for p in pools), source, real, rows.ids(), pages,
+            (segments - 1) * seg, seg)
 
 
 def lower_step(run, prompt_len: int | None = None,
@@ -142,18 +154,20 @@ def lower_step(run, prompt_len: int | None = None,
 def _lower_sampler(run, params, lp: int) -> dict[str, jax.stages.Lowered]:
     """The flat sampler's prefill and its last decode segment (`lower_step`)."""
     config, sp = run.model_config, run.sampling_params
-    layout, num_pages, source, real, pages, position, seg = _sampler_layout(run, lp)
+    layout, num_pages, source, real, ids, pages, position, seg = _sampler_layout(run, lp)
     host = lambda tree: jax.tree.map(_abstract, tree)  # noqa: E731 - uncommitted host arrays
     prefill = engine.prefill.lower(config, num_pages, params, *host(
         (layout.tokens, layout.tables, layout.offsets, layout.active, source)),
         sharding=run.act)
-    hidden, cache = prefill.out_info  # the pool laid out as `engine.shard_pool` leaves it
-    pool = ("layers", None, "kv_heads", None, None)
+    hidden, cache = prefill.out_info
+    # the pool as `sampling.shards.constrain_pool` leaves it: pages over the batch shards
+    pool = ("layers", "batch" if shards_lib.of(run.act).count > 1 else None, "kv_heads",
+            None, None)
     cache = jax.tree.map(lambda a: _abstract(a, NamedSharding(
         run.mesh, run.act.spec(pool, a.shape))), cache)
     positions = (layout.slots - layout.offsets[source] + position).astype(np.int32)
     state = engine.RowState(hidden=hidden, pages=host(pages), positions=host(positions),
-                            done=host(np.arange(len(source)) >= real))
+                            done=host(~real), ids=None if ids is None else host(ids))
     key = jax.eval_shape(functools.partial(jax.random.key, 0))
     decode = engine.decode_program(run.mesh.devices.flat[0].platform).lower(
         config, params, cache, state, _abstract(key, _replicated(run)), host(np.int32(0)),
