@@ -1,7 +1,8 @@
 # Quickstart targets. Both create .venv on a fresh clone and install only what they need:
 #   make demo   the core plus the demo's extras (plots, tensorboard, parquet: the analysis
 #               of its two models), then runs the demo
-#   make test   the core plus every extra, pytest and the CPU build of torch (and, apart,
+#   make test   the core plus every extra (libtpu too: the suite compiles for a TPU slice,
+#               tests/launch/test_compile.py), pytest and the CPU build of torch (and, apart,
 #               transformers 4.57 for one export test), then the suite
 # A stamp per install: `make demo` then `make test` adds the test packages; `make test`
 # then `make demo` installs nothing more (the test install covers the demo's).
@@ -36,7 +37,7 @@ $(DEMO_STAMP): setup.py Makefile | $(PY)
 # its dependencies and the rest. The guard fails for any torch that is not "+cpu".
 $(TEST_STAMP): setup.py Makefile | $(PY)
 	$(PIP) --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PIP) -e ".[test]"
+	$(PIP) -e ".[test,tpu]"
 	$(PIP) --no-deps --upgrade --target $(COMPAT4) $(TRANSFORMERS4)
 	@$(PY) -c "import sys, torch; v = torch.__version__; \
 	  sys.exit(0 if '+cpu' in v else f'error: torch {v} is not the CPU build (+cpu)')"

@@ -161,18 +161,22 @@ def decode_options(backend: str) -> dict | None:
 
 def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
                donate_argnums: tuple[int, ...]) -> Callable:
-    """`fn` jitted once per backend with `decode_options` (a decode program)."""
+    """`fn` jitted once per backend with `decode_options` (a decode program); the
+    returned callable's `.program(backend)` is that backend's jitted function."""
     programs: dict[str, Callable] = {}
 
-    def call(*args):
-        backend = jax.default_backend()
-        program = programs.get(backend)
-        if program is None:
-            program = programs[backend] = jax.jit(
-                fn, static_argnums=static_argnums, donate_argnums=donate_argnums,
-                compiler_options=decode_options(backend))
-        return program(*args)
+    def program(backend: str) -> Callable:
+        """The jitted program for `backend` (`.lower` it for another backend's devices)."""
+        if backend not in programs:
+            programs[backend] = jax.jit(fn, static_argnums=static_argnums,
+                                        donate_argnums=donate_argnums,
+                                        compiler_options=decode_options(backend))
+        return programs[backend]
 
+    def call(*args):
+        return program(jax.default_backend())(*args)
+
+    call.program = program
     return call
 
 
@@ -217,6 +221,7 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, 
 
 
 _decode_program = jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 11), donate_argnums=(2,))
+decode_program = _decode_program.program  # backend -> the jitted decode (for `.lower`)
 
 
 def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,

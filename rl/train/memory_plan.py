@@ -50,9 +50,15 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                the embedding transposed; or cast), and one layer's weights sliced by the
                layer scan. The trainer's sampler gets the mesh, so it uses the weights
                where they are (no fused q|k|v, gate|up copies: docs/sampling.md).
+               With embed split (FSDP) the embedding lookup gathers the whole table
+               E = [V, D] b_p (vocab over tensor only) and XLA copies it into the layout
+               the lookup reads: 2·E, plus an untied head gathered [D, V] b_c (a tied
+               head is the gathered table), instead of the head's shard (compiled for
+               TPU: `benchmarks/compile_table.py`).
   prefill      the prompt forward, one layer at a time: its weight slice + 3 [B, Ts, F] +
                4 [B, Ts, D] (b_c) + 2 fp32 score blocks [B, H, Ts, blk], B = pow2(P),
-               Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))).
+               Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))); with embed split, at
+               least the gathered table and its copy, 2·E (before the layers run).
   gradients    params-shaped, in the params' dtype and sharding: = params.
   update       the AdamW update tree (params-shaped, b_p) that optax builds from the clipped
                gradients before `apply_updates`, live with them: = params.
@@ -108,6 +114,13 @@ ACCELERATORS: dict[str, int] = {
     "tpu-v4": 32 * GiB, "tpu-v5e": 16 * GiB, "tpu-v5p": 95 * GiB, "tpu-v6e": 32 * GiB,
     "h100-80gb": 81_559 * MiB, "h200-141gb": 143_771 * MiB,
     "cpu": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),  # this host's RAM
+}
+# Peak dense bf16 FLOP/s and HBM bandwidth (bytes/s) per TPU chip, from the Cloud TPU
+# system architecture pages (tpu/docs/v4, v5e, v5p, v6e): 275 TFLOP/s and 1,200 GB/s;
+# 197 and 819; 459 and 2,765; 918 and 1,640. `launch.compile`'s step-time lower bound.
+PEAKS: dict[str, tuple[float, float]] = {
+    "tpu-v4": (275e12, 1200e9), "tpu-v5e": (197e12, 819e9), "tpu-v5p": (459e12, 2765e9),
+    "tpu-v6e": (918e12, 1640e9),
 }
 PERSISTENT = ("params", "optimizer", "reference")
 SAMPLER = ("kv_pool", "decode_weights", "prefill")
@@ -316,6 +329,21 @@ def _bytes(run, sizes: Mapping[str, int]):
     return x, layer_w, bp, bc
 
 
+def lookup_table(run, sizes: Mapping[str, int]) -> int:
+    """Bytes per device the embedding lookup gathers when FSDP splits the table's embed
+    dim: the whole table E = [V, D] b_p, vocab over tensor (`models.run_layers` gathers
+    it to vocab-only sharding), and with vocab whole (tensor = 1) XLA's copy of it into
+    the layout the row gather reads (in every FSDP-only TPU compile of
+    `benchmarks/compile_table.py`, in none with tensor = 4): 2·E; 0 without FSDP."""
+    c = run.model_config
+    D, V = c.hidden_size, c.vocab_size
+    if split(("embed",), (D,), sizes, run.rules)[0] == 1:
+        return 0
+    bp = jnp.dtype(DTYPES[c.param_dtype]).itemsize
+    copies = 2 if split(("vocab",), (V,), sizes, run.rules)[0] == 1 else 1
+    return copies * shard_bytes((V, D), ("vocab", None), bp, sizes, run.rules)
+
+
 def _sampler_terms(run, sizes: Mapping[str, int], lp: int):
     """(kv_pool, decode_weights, prefill, shapes) of the largest sampling call."""
     cfg, c = run.cfg, run.model_config
@@ -349,13 +377,16 @@ def _sampler_terms(run, sizes: Mapping[str, int], lp: int):
                + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))
                + 2 * X((rows, V), ("batch", "vocab"), 4))
     head = X((D, V), ("embed", "vocab")) if c.tie_embeddings or bp != bc else 0
-    decode_weights = head + layer_w(bp) // L  # the trainer's sampler gets the mesh: unfused
+    gathered = lookup_table(run, sizes)
+    if gathered:  # the tied head is the gathered table; an untied one is gathered whole
+        head = 0 if c.tie_embeddings else X((D, V), (None, "vocab"))
+    decode_weights = head + gathered + layer_w(bp) // L  # unfused: the sampler has the mesh
     b, ts = pow2(groups), pp * ps
     blk = min(ts, max(128, -(-ts // 16)))
     pf = ("batch", "length")
-    prefill = (layer_w(bp) // L + 3 * X((b, ts, F), pf + ("mlp",))
-               + 4 * X((b, ts, D), pf + ("embed",))
-               + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
+    prefill = max(gathered, layer_w(bp) // L + 3 * X((b, ts, F), pf + ("mlp",))
+                  + 4 * X((b, ts, D), pf + ("embed",))
+                  + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
     return kv_pool, decode_weights, prefill, dict(kv_pages=pages, decode_rows=rows,
                                                   decode_width=width)
 
@@ -389,7 +420,14 @@ def _learner_terms(run, sizes: Mapping[str, int], lp: int):
     chunk = min(int(cfg.train.logits_chunk), cl)
     blocks = max(-(-cl // chunk), 1)
     block = -(-cl // blocks)
-    head_bwd = (3 * X((n_mb, block, V), ("batch", "length", "vocab"), 4)
+    # the head's backward: one fp32 logits block (XLA fuses its softmax and cotangent into
+    # it), the output matrix's fp32 gradient [D, V] before it is reduced, and under FSDP
+    # the gathered output matrix (tied: the table as the lookup gathers it)
+    gathered = lookup_table(run, sizes)
+    if gathered and not c.tie_embeddings:
+        gathered = X((D, V), (None, "vocab"), bp)
+    head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4)
+                + X((D, V), (None, "vocab"), 4) + gathered
                 + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))
     batch = (X((big_p * g, cl), ("batch", None), 4 + 1 + 3 * 4)  # tokens, mask, 3 × f32
              + X((big_p, tp), ("batch", None), 4) + X((big_p,), ("batch",), 4))

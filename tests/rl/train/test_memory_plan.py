@@ -134,9 +134,19 @@ def test_kv_pool_and_decode_weights_by_hand(workdir, layout):
     logits = 2 * rows * (V // t) * 4
     assert plan.shapes["kv_pages"] == s * pages and plan.shapes["decode_rows"] == s * rows
     assert plan.kv_pool == pool + tails + step + logits
-    head = (D // f) * (V // t)  # the tied embedding transposed
     layer = hand_params(c, d, f, t) - (V // t) * (D // f) - D  # all layers' weights
-    assert plan.decode_weights == 4 * (head + layer // L)  # not fused: one layer's slice
+    if f == 1:  # the tied embedding transposed, where it is
+        assert plan.decode_weights == 4 * ((D // f) * (V // t) + layer // L)  # not fused
+    else:  # FSDP: the lookup gathers the whole table [V, D] (vocab over tensor; with
+        # vocab whole XLA also copies it for the row gather); the tied head is that table
+        table = (V // t) * D * (2 if t == 1 else 1)
+        assert plan.decode_weights == 4 * (table + layer // L)
+        assert plan.prefill >= 4 * table  # the prefill's lookup too
+        whole = memory_plan.plan(run, prompt_len=40, mesh_sizes={"data": d, "fsdp": f,
+                                                                 "tensor": 1})
+        assert memory_plan.lookup_table(run, {"data": d, "fsdp": f, "tensor": 1}) == (
+            4 * 2 * V * D)  # vocab whole: the table and its copy
+        assert whole.decode_weights >= 4 * 2 * V * D
 
 
 def test_tree_pool_by_hand(workdir):
@@ -177,7 +187,9 @@ def hand_activations(c, d, f, t, remat, p=2, g=2, cl=16, tp=48, chunk=16, big_p=
     r += 2 * 4 * (H // t) * ((p // bp) * tp * tp + (n // bn) * s * (tp + s))
     saved = {"none": r, "full": 4 * tok_d,
              "dots": 4 * (heads + 2 * kvh + 3 * tok_d + 2 * tok_f)}[remat]
-    head = (3 * n * chunk * V * 4 // (bn * t)
+    # one fp32 logits block, the tied head's fp32 gradient [D, V] (vocab over tensor),
+    # the table gathered under FSDP (vocab split: no copy), the [N, C, D] hidden states
+    head = (n * chunk * V * 4 // (bn * t) + D * (V // t) * 4 + (4 * (V // t) * D if f > 1 else 0)
             + 3 * n * cl * D * 4 // ((d if n % d == 0 else 1) * f))
     layer = 4 * (hand_params(c, d, f, t) - (V // t) * (D // f) - D) // L  # one layer's slice
     rows = big_p * g
