@@ -116,4 +116,6 @@ def test_init_passes_initialize_kwargs_to_jax(monkeypatch):
     monkeypatch.setattr(jax.config, "update", lambda *a: None)  # leave this process's config
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
     assert distributed.init()
-    assert calls == [{"local_device_ids": list(range(8))}]
+    # the SLURM task's devices, and the bound on a lost peer (launch/distributed.py)
+    assert calls == [{"local_device_ids": list(range(8)),
+                      "heartbeat_timeout_seconds": distributed.HEARTBEAT_TIMEOUT_S}]
