@@ -56,15 +56,14 @@ def two_processes(variant: str, workdir, *args: str) -> list[subprocess.Complete
 
 
 @pytest.mark.xdist_group(TWO_PROCESS_FLAT)
-@pytest.mark.parametrize("variant", ["flat", "tree"])
-def test_two_processes_equal_one(tmp_path, variant, request):
+def test_two_processes_equal_one(tmp_path, two_process_flat):
+    """Flat sampling (the tree sampler on this mesh: tests/sampling/test_sharded.py, in
+    one process; its device programs and host gathers are the flat sampler's)."""
+    variant = "flat"
     single, multi = tmp_path / "one", tmp_path / "two"
     one_process(variant, single)
-    if variant == "flat":  # the run the reshard test restores too (tests/launch/conftest.py)
-        shared, (first, second) = request.getfixturevalue("two_process_flat")
-        shutil.copytree(shared, multi)
-    else:
-        first, second = two_processes(variant, multi)
+    shared, (first, second) = two_process_flat  # shared with the reshard test (conftest.py)
+    shutil.copytree(shared, multi)
 
     # process 0 alone writes the console and the files
     assert "model: tiny" in first.stdout and "heldout_accuracy:" in first.stdout
@@ -89,12 +88,12 @@ def test_two_processes_equal_one(tmp_path, variant, request):
         np.testing.assert_allclose(pb[key], pa[key], atol=TOLERANCE, rtol=0, err_msg=key)
     with open(multi / "final" / "config.json") as f:
         assert json.load(f)["num_hidden_layers"] == 1
-    if variant == "flat":  # resumed from the multi-host checkpoint of step 3
-        first, _ = two_processes(variant, multi, "--config.train.steps=4")
-        assert "resumed from checkpoint step 3" in first.stdout, first.stdout
-        resumed = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
-        assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4] and resumed[:4] == b
-        assert sorted(os.listdir(multi / "checkpoints")) == ["2", "3", "4"]
+    # resumed from the multi-host checkpoint of step 3
+    first, _ = two_processes(variant, multi, "--config.train.steps=4")
+    assert "resumed from checkpoint step 3" in first.stdout, first.stdout
+    resumed = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4] and resumed[:4] == b
+    assert sorted(os.listdir(multi / "checkpoints")) == ["2", "3", "4"]
 
 
 def test_explicit_flags_are_checked_before_compute(tmp_path):
