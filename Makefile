@@ -46,7 +46,7 @@ $(TEST_STAMP): setup.py Makefile | $(PY)
 install: $(TEST_STAMP)
 
 test: $(TEST_STAMP)
-	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(PY) -m launch.demo --workdir=runs/demo

@@ -1,9 +1,9 @@
 """Fixtures shared by the launch tests.
 
-`two_process_flat` runs tests/launch/multiprocess_config.py:flat once per test worker with
-2 processes × 4 CPU devices (about 1.5 minutes here) for the tests that read what such a run
-writes; its tests carry `xdist_group(TWO_PROCESS_FLAT)`, so that `make test`
-(`pytest -n 2 --dist loadgroup`) runs them on one worker, which then runs it once.
+`two_process_flat` runs tests/launch/multiprocess_config.py:flat with 2 processes × 4 CPU
+devices (30-40 s here) once per test worker that runs a test reading what such a run writes
+(the multi-process equality test and the reshard restore): once in all when both land on one
+worker.
 """
 
 import os
@@ -14,7 +14,6 @@ from tests.launch import processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
-TWO_PROCESS_FLAT = "two_process_flat"
 
 
 @pytest.fixture(scope="session")

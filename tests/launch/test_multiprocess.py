@@ -25,7 +25,6 @@ from safetensors.numpy import load_file
 from rl.train import logs
 from tests import subprocess_env
 from tests.launch import processes
-from tests.launch.conftest import TWO_PROCESS_FLAT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "launch", "multiprocess_config.py")
@@ -55,7 +54,6 @@ def two_processes(variant: str, workdir, *args: str) -> list[subprocess.Complete
     return processes.two_processes(f"{CONFIG}:{variant}", workdir, *args)
 
 
-@pytest.mark.xdist_group(TWO_PROCESS_FLAT)
 def test_two_processes_equal_one(tmp_path, two_process_flat):
     """Flat sampling (the tree sampler on this mesh: tests/sampling/test_sharded.py, in
     one process; its device programs and host gathers are the flat sampler's)."""

@@ -33,8 +33,7 @@ RAISE = ("--config.fault.enabled=True", "--config.fault.raise_at_step=2",
          "--config.checkpoint.snapshot_every=1")  # the rollback restores step 1
 EVERY_STEP = "--config.checkpoint.every_s=1e-6"  # a save after each step, by the clock
 
-# one worker runs the three tests (`make test`: --dist loadgroup), so the reference run once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multiprocess_faults")]
+pytestmark = pytest.mark.slow
 
 _REFERENCE: dict[str, str] = {}
 

@@ -30,10 +30,9 @@ from safetensors.numpy import load_file
 from models import hf_io, sharding
 from rl.checkpoint import persistent
 from rl.train import logs
-from tests.launch.conftest import TWO_PROCESS_FLAT
 from tests.launch.test_multiprocess import TOLERANCE, one_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(TWO_PROCESS_FLAT)]
+pytestmark = pytest.mark.slow
 
 # name: (devices of the process, data, fsdp); tensor = 1
 MESHES = {"1x8": (8, 1, 8), "8x1": (8, 8, 1), "one device": (1, 1, 1)}

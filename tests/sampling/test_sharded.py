@@ -36,9 +36,10 @@ def _same(a, b, config):
     np.testing.assert_allclose(a.raw_logprobs, b.raw_logprobs, atol=atol, rtol=0)
 
 
-# data parallel, FSDP, tensor parallel (tiny's 4 heads and 2 kv heads split 2 ways;
-# with tensor=4 the kv heads stay whole) and their combinations
-MESHES = [(8, 1, 1), (1, 8, 1), (1, 1, 2), (2, 2, 2), (1, 2, 4)]
+# FSDP, tensor parallel (tiny's 4 heads and 2 kv heads split 2 ways; with tensor=4 the
+# kv heads stay whole) and their combinations; data parallel alone (8×1×1) with flat
+# sampling in test_kv_cache_per_device_shrinks_with_the_batch_shards
+MESHES = [(1, 8, 1), (1, 1, 2), (2, 2, 2), (1, 2, 4)]
 
 
 @pytest.mark.parametrize("shape", MESHES, ids=lambda s: "x".join(map(str, s)))
