@@ -94,7 +94,6 @@ import dataclasses
 import math
 import os
 import sys
-import types
 from collections.abc import Mapping
 
 import jax
@@ -103,8 +102,13 @@ import jax.numpy as jnp
 from models import params as params_lib
 from models import sharding
 from models.config import DTYPES
-from sampling.layout import next_pow2 as pow2
-from sampling.layout import row_bucket
+from rl.train.memory_terms import (  # noqa: F401  (re-exported: benchmarks, tests)
+    learner_terms,
+    lookup_table,
+    sampler_terms,
+    shard_bytes,
+    split,
+)
 
 GiB, MiB = 1 << 30, 1 << 20
 # Memory per chip/GPU. Cloud TPU docs (tpu/docs/v4, v5e, v5p, v6e) give HBM per chip as
@@ -142,23 +146,6 @@ def mesh_sizes(section: Mapping, devices: int) -> dict[str, int]:
         raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices, "
                          f"not {devices}")
     return sizes
-
-
-def split(axes, shape, sizes: Mapping[str, int], rules) -> tuple[int, ...]:
-    """Per dim, how many ways the mesh splits it: `models.sharding.logical_to_spec` on
-    mesh axis sizes alone (it reads nothing of a mesh but `mesh.shape`)."""
-    spec = sharding.logical_to_spec(axes, shape, types.SimpleNamespace(shape=dict(sizes)),
-                                    rules, "memory_plan")
-    out = []
-    for entry in tuple(spec) + (None,) * (len(shape) - len(spec)):
-        names = entry if isinstance(entry, tuple) else (entry,) if entry else ()
-        out.append(math.prod(sizes[a] for a in names))
-    return tuple(out)
-
-
-def shard_bytes(shape, axes, itemsize: int, sizes, rules) -> int:
-    """Bytes of one device's shard (every device holds the same: the splits divide)."""
-    return math.prod(d // f for d, f in zip(shape, split(axes, shape, sizes, rules))) * itemsize
 
 
 @dataclasses.dataclass
@@ -301,8 +288,8 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
     reference = (params if run.algorithm.needs_reference and not cfg.rl.reference.offload
                  else 0)
     lp = prompt_len if prompt_len is not None else longest_prompt(run)
-    kv_pool, decode_weights, prefill, sampler_shapes = _sampler_terms(run, sizes, lp)
-    activations, learner_shapes = _learner_terms(run, sizes, lp)
+    kv_pool, decode_weights, prefill, sampler_shapes = sampler_terms(run, sizes, lp)
+    activations, learner_shapes = learner_terms(run, sizes, lp)
     sp, big_p = run.sampling_params, int(cfg.train.prompts_per_step)
     settings = dict(sizes, remat=c.remat, minibatches=int(cfg.train.minibatches),
                     logits_chunk=cfg.train.logits_chunk, n=cfg.sampling.n,
@@ -311,125 +298,3 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
                   **sampler_shapes, **learner_shapes)
     return Plan(params, 2 * params + 2 * 4, reference, kv_pool, decode_weights, prefill,
                 params, activations, params, settings, shapes)
-
-
-def _bytes(run, sizes: Mapping[str, int]):
-    """(X(shape, axes, itemsize) -> bytes per device, one layer's weight bytes(itemsize),
-    b_p, b_c) on the planned mesh."""
-    c = run.model_config
-    bp, bc = (jnp.dtype(DTYPES[d]).itemsize for d in (c.param_dtype, c.dtype))
-    layers = params_lib.param_specs(c)["layers"]
-
-    def x(shape, axes, item=bc):
-        return shard_bytes(shape, axes, item, sizes, run.rules)
-
-    def layer_w(item):  # every layer's weights: / L for one layer
-        return sum(shard_bytes(s.shape, s.axes, item, sizes, run.rules) for s in layers.values())
-
-    return x, layer_w, bp, bc
-
-
-def lookup_table(run, sizes: Mapping[str, int]) -> int:
-    """Bytes per device the embedding lookup gathers when FSDP splits the table's embed
-    dim: the whole table E = [V, D] b_p, vocab over tensor (`models.run_layers` gathers
-    it to vocab-only sharding), and with vocab whole (tensor = 1) XLA's copy of it into
-    the layout the row gather reads (in every FSDP-only TPU compile of
-    `benchmarks/compile_table.py`, in none with tensor = 4): 2·E; 0 without FSDP."""
-    c = run.model_config
-    D, V = c.hidden_size, c.vocab_size
-    if split(("embed",), (D,), sizes, run.rules)[0] == 1:
-        return 0
-    bp = jnp.dtype(DTYPES[c.param_dtype]).itemsize
-    copies = 2 if split(("vocab",), (V,), sizes, run.rules)[0] == 1 else 1
-    return copies * shard_bytes((V, D), ("vocab", None), bp, sizes, run.rules)
-
-
-def _sampler_terms(run, sizes: Mapping[str, int], lp: int):
-    """(kv_pool, decode_weights, prefill, shapes) of the largest sampling call."""
-    cfg, c = run.cfg, run.model_config
-    X, layer_w, bp, bc = _bytes(run, sizes)
-    L, D, F, H, K, Dh, V = (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads,
-                            c.num_kv_heads, c.head_dim, c.vocab_size)
-    sp, ps = run.sampling_params, int(cfg.sampling.page_size)
-    groups = int(cfg.train.prompts_per_step)
-    pp = pow2(-(-lp // ps))
-    # `sampling.shards`: each of the d batch shards holds its prompts' groups, their rows
-    # and their pages (a pool of its own, ids local to it)
-    d = math.prod(sizes[a] for a in dict(run.rules)["batch"])
-    if run.tree is not None:
-        t = run.tree
-        mine = -(-groups // d)
-        rows, width = d * row_bucket(mine * t.leaves_per_prompt), t.segment_len
-        pages = d * (1 + pow2(mine) * (pp + t.leaves_per_prompt * t.max_depth * width // ps))
-    else:
-        if cfg.rollout.april:
-            groups = math.ceil(round(groups * float(cfg.rollout.over_provision), 9))
-        n = run.samples_drawn
-        mine = -(-groups // d)
-        seg = min(int(cfg.sampling.segment_len), ps * -(-sp.max_new_tokens // ps))
-        gp = -(-sp.max_new_tokens // seg) * (seg // ps)
-        rows = d * row_bucket(mine * n)
-        pages = d * (1 + pow2(mine) * pp + rows // d * gp)
-        width = seg if n > 1 else (pp + gp) * ps  # n = 1: a dense view of every page
-    kv = ("layers", "batch", "kv_heads", None, None)  # pages and rows over the batch axes
-    kv_pool = (X((L, pages, K, Dh, ps), kv) + X((L, pages, K, ps, Dh), kv)
-               + 2 * X((L, rows, K, Dh, width), kv)
-               + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))
-               + 2 * X((rows, V), ("batch", "vocab"), 4))
-    head = X((D, V), ("embed", "vocab")) if c.tie_embeddings or bp != bc else 0
-    gathered = lookup_table(run, sizes)
-    if gathered:  # the tied head is the gathered table; an untied one is gathered whole
-        head = 0 if c.tie_embeddings else X((D, V), (None, "vocab"))
-    decode_weights = head + gathered + layer_w(bp) // L  # unfused: the sampler has the mesh
-    b, ts = pow2(groups), pp * ps
-    blk = min(ts, max(128, -(-ts // 16)))
-    pf = ("batch", "length")
-    prefill = max(gathered, layer_w(bp) // L + 3 * X((b, ts, F), pf + ("mlp",))
-                  + 4 * X((b, ts, D), pf + ("embed",))
-                  + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
-    return kv_pool, decode_weights, prefill, dict(kv_pages=pages, decode_rows=rows,
-                                                  decode_width=width)
-
-
-def _learner_terms(run, sizes: Mapping[str, int], lp: int):
-    """(activations, shapes): one minibatch's backward (module docstring)."""
-    cfg, c = run.cfg, run.model_config
-    X, layer_w, bp, bc = _bytes(run, sizes)
-    L, D, F, H, K, Dh, V = (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads,
-                            c.num_kv_heads, c.head_dim, c.vocab_size)
-    m, g, cl = int(cfg.train.minibatches), run.samples_per_prompt, run.completion_len
-    big_p = int(cfg.train.prompts_per_step)
-    p = big_p // m
-    n_mb, s = p * g, max(cl - 1, 1)
-    tp = -(-max(lp, 1) // 16) * 16
-    lg = tp + g * s
-    tok = lambda last, axis: X((p, lg, last), ("batch", "length", axis))  # noqa: E731
-    heads = X((p, lg, H, Dh), ("batch", "length", "heads", "head_dim"))
-    kvh = X((p, lg, K, Dh), ("batch", "length", "kv_heads", "head_dim"))
-    kv_axes = ("batch", "length", "kv_heads", "head_dim")
-    probs = ("batch", "heads", "length", None)
-    r = (5 * tok(F, "mlp") + 6 * tok(D, "embed") + 2 * heads
-         + 2 * X((p, tp, K, Dh), kv_axes) + 2 * X((n_mb, tp + s, K, Dh), kv_axes)
-         + 2 * X((p, H, tp, tp), probs, 4) + 2 * X((n_mb, H, s, tp + s), probs, 4))
-    if c.remat == "none":
-        saved = r + (layer_w(bc) // L if bp != bc else 0)
-    elif c.remat == "dots":
-        saved = heads + 2 * kvh + 3 * tok(D, "embed") + 2 * tok(F, "mlp")
-    else:
-        saved = tok(D, "embed")
-    chunk = min(int(cfg.train.logits_chunk), cl)
-    blocks = max(-(-cl // chunk), 1)
-    block = -(-cl // blocks)
-    # the head's backward: one fp32 logits block (XLA fuses its softmax and cotangent into
-    # it), the output matrix's fp32 gradient [D, V] before it is reduced, and under FSDP
-    # the gathered output matrix (tied: the table as the lookup gathers it)
-    gathered = lookup_table(run, sizes)
-    if gathered and not c.tie_embeddings:
-        gathered = X((D, V), (None, "vocab"), bp)
-    head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4)
-                + X((D, V), (None, "vocab"), 4) + gathered
-                + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))
-    batch = (X((big_p * g, cl), ("batch", None), 4 + 1 + 3 * 4)  # tokens, mask, 3 × f32
-             + X((big_p, tp), ("batch", None), 4) + X((big_p,), ("batch",), 4))
-    activations = L * saved + max(head_bwd, r) + layer_w(bp) // L + batch
-    return activations, dict(learner_tokens=p * lg, learner_rows=n_mb, completion_len=cl)
