@@ -9,7 +9,9 @@ name, every host's devices; libtpu, the `tpu` extra, compiles them here without 
 and the config's mesh, every program of an RL step (`rl.train.programs`: update, score,
 prefill, decode) and prints, per device, what XLA allocates for each: arguments, outputs,
 aliased (donated inputs reused as outputs), temporaries, total = arguments + outputs -
-aliased + temporaries against the chip's HBM; the FLOPs and bytes XLA's cost analysis
+aliased + temporaries; what stays on the devices beside it without being its argument
+(`rl.train.programs.resident`: AdamW's moments beside the sampler and scoring, the
+reference's params), and their sum, the program's peak, against the chip's HBM; the FLOPs and bytes XLA's cost analysis
 counts and the time bound max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) from them
 (`rl.train.memory_plan.PEAKS`). XLA's cost analysis counts the body of every loop once,
 whatever its trip count: one layer of the layer scan, one minibatch (the update's scan
@@ -18,8 +20,8 @@ over epochs × minibatches), one logits block (`train.logits_chunk`) and one dec
 step's work, not its totals (a 28-layer model's update does about 28 times the layer
 work counted). Progress goes to stderr. Nothing runs on a device.
 
-Exit status: 0 when every program fits, 1 when one does not (the last line on stderr
-names each that does not and by how much: over the HBM, or refused by XLA's own
+Exit status: 0 when every program's peak fits, 1 when one does not (the last line on
+stderr names each that does not and by how much: over the HBM, or refused by XLA's own
 check), 2 for a bad flag, config or topology name (one line; the names are listed).
 """
 
@@ -118,17 +120,20 @@ def compile_step(run_, prompt_len: int | None = None, stream=sys.stderr,
     return out
 
 
-def table(figures: dict, accelerator: str, hbm: int) -> str:
-    """The per-program figures as an aligned table."""
-    rows = [("program", "arguments", "outputs", "aliased", "temps", "total", "of HBM",
-             "GFLOP*", "GB accessed*", "bound*")]
+def table(figures: dict, resident: dict, accelerator: str, hbm: int) -> str:
+    """The per-program figures as an aligned table; `resident` ({program: bytes}) is what
+    stays on the devices beside each program (`rl.train.programs.resident`)."""
+    rows = [("program", "arguments", "outputs", "aliased", "temps", "total", "+resident",
+             "peak", "of HBM", "GFLOP*", "GB accessed*", "bound*")]
     for name, f in figures.items():
         if isinstance(f, str):
-            rows.append((name, "refused by XLA:", f, "", "", "", "", "", "", ""))
+            rows.append((name, "refused by XLA:", f) + ("",) * 9)
             continue
+        peak = f.total + resident[name]
         rows.append((name, size(f.arguments), size(f.outputs), size(f.aliased), size(f.temps),
-                     size(f.total), f"{f.total / hbm:.0%}", f"{f.flops / 1e9:,.1f}",
-                     f"{f.bytes_accessed / 1e9:,.2f}", f"{f.bound(accelerator) * 1e3:.2f} ms"))
+                     size(f.total), size(resident[name]), size(peak), f"{peak / hbm:.0%}",
+                     f"{f.flops / 1e9:,.1f}", f"{f.bytes_accessed / 1e9:,.2f}",
+                     f"{f.bound(accelerator) * 1e3:.2f} ms"))
     w = [max(len(r[i]) for r in rows if r[1] != "refused by XLA:" or i == 0)
          for i in range(len(rows[0]))]
     return "\n".join(r[0].ljust(w[0]) + "  " + (" ".join(r[1:3]) if r[1] == "refused by XLA:"
@@ -136,15 +141,18 @@ def table(figures: dict, accelerator: str, hbm: int) -> str:
                      for r in rows)
 
 
-def failures(figures: dict, slice_: topology.Slice, hbm: int) -> list[str]:
-    """One phrase per program that does not fit `hbm` bytes per device."""
+def failures(figures: dict, resident: dict, hbm: int) -> list[str]:
+    """One phrase per program whose peak (its total + what stays resident beside it) does
+    not fit `hbm` bytes per device."""
     out = []
     for name, f in figures.items():
         if isinstance(f, str):
             out.append(f"{name} (XLA: {f})")
-        elif f.total > hbm:
-            out.append(f"{name} needs {size(f.total)} per device, {size(f.total - hbm)} more "
-                       f"than {size(hbm)}")
+        elif f.total + resident[name] > hbm:
+            peak = f.total + resident[name]
+            out.append(f"{name} needs {size(peak)} per device ({size(f.total)} + "
+                       f"{size(resident[name])} resident), {size(peak - hbm)} more than "
+                       f"{size(hbm)}")
     return out
 
 
@@ -167,12 +175,13 @@ def main(argv):
                   f"params, {mc.param_dtype} params, {mc.dtype} compute, remat {mc.remat}); "
                   "mesh " + " ".join(f"{a}={n}" for a, n in run_.mesh.shape.items()), flush=True)
             figures = compile_step(run_, _PROMPT_LEN.value)
+            resident = programs.resident(run_)
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
-    print(table(figures, slice_.accelerator, hbm))
+    print(table(figures, resident, slice_.accelerator, hbm))
     print(LOOP_NOTE)
-    bad = failures(figures, slice_, hbm)
+    bad = failures(figures, resident, hbm)
     if bad:
         print(f"error: does not fit {slice_.name}: {'; '.join(bad)}", file=sys.stderr)
         sys.exit(1)

@@ -46,19 +46,18 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                      gp = ceil(max_new / seg)·seg / ps, W = seg;
                tree: pages = s·(1 + pow2(P')·(pp + leaves·max_depth·seg_t / ps)),
                      R = s·row_bucket(P'·leaves), W = seg_t (tree.segment_len).
-  decode_weights  what decode adds to the weights: the output head [D, V] in b_c (tied:
-               the embedding transposed; or cast), and one layer's weights sliced by the
-               layer scan. The trainer's sampler gets the mesh, so it uses the weights
-               where they are (no fused q|k|v, gate|up copies: docs/sampling.md).
-               With embed split (FSDP) the embedding lookup gathers the whole table
-               E = [V, D] b_p (vocab over tensor only) and XLA copies it into the layout
-               the lookup reads: 2·E, plus an untied head gathered [D, V] b_c (a tied
-               head is the gathered table), instead of the head's shard (compiled for
-               TPU: `benchmarks/compile_table.py`).
-  prefill      the prompt forward, one layer at a time: its weight slice + 3 [B, Ts, F] +
-               4 [B, Ts, D] (b_c) + 2 fp32 score blocks [B, H, Ts, blk], B = pow2(P),
-               Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))); with embed split, at
-               least the gathered table and its copy, 2·E (before the layers run).
+  decode_weights  what decode adds to the weights, the larger of (never live together:
+               the head is read after the last layer, in the layers' freed buffers):
+               the output head [D, V] in b_c (under FSDP gathered, D whole; else a copy
+               only where it is the tied table transposed or cast), and one layer's
+               weights as the scan reads them: under FSDP gathered with embed whole (and
+               cast when b_p ≠ b_c), else in place (a cast copy when b_p ≠ b_c). The
+               trainer's sampler gets the mesh, so it uses the weights where they are (no
+               fused q|k|v, gate|up copies: docs/sampling.md). The embedding lookup reads
+               the table's own shards (`models.transformer.embed_tokens`): no table copy.
+  prefill      the prompt forward, one layer at a time: that layer's weights at use (as
+               above) + 3 [B, Ts, F] + 4 [B, Ts, D] (b_c) + 2 fp32 score blocks
+               [B, H, Ts, blk], B = pow2(P), Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))).
   gradients    params-shaped, in the params' dtype and sharding: = params.
   update       the AdamW update tree (params-shaped, b_p) that optax builds from the clipped
                gradients before `apply_updates`, live with them: = params.
@@ -73,11 +72,13 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                saved per layer s: none r (+ the layer's weights cast to b_c when b_p ≠ b_c);
                  dots the matmul outputs T·(H·Dh + 2·K·Dh + D + 2F + D) + the input T·D;
                  full the input T·D.
-               activations = L·s + max(head, r) + one layer's weight slice + batch:
+               activations = L·s + max(head, r) + one layer's weights at use + batch:
                  r = the layer being differentiated: its cotangents (none) or its
                  recomputed tensors (full, dots) next to what the layers saved;
-                 head = 3 × [N, size, V] fp32 (one `chunk_layout` block's logits, probs,
-                 cotangent; size = ceil(C / ceil(C / min(logits_chunk, C)))) + 3 × [N, C, D];
+                 head = one fp32 [N, size, V] block (`chunk_layout`: size = ceil(C /
+                 ceil(C / min(logits_chunk, C))); XLA fuses its softmax and cotangent into
+                 it) + the output matrix's fp32 gradient [D, V] before it is reduced + under
+                 FSDP the gathered output matrix [D, V] b_p + 3 × [N, C, D];
                  batch = [P·G, C] × 17 bytes + prompts.
 
 Checked against XLA:CPU on one device (tests/rl/train/test_memory_plan.py: live arrays + each
@@ -103,8 +104,9 @@ from models import params as params_lib
 from models import sharding
 from models.config import DTYPES
 from rl.train.memory_terms import (  # noqa: F401  (re-exported: benchmarks, tests)
+    gathered_layer,
     learner_terms,
-    lookup_table,
+    output_head,
     sampler_terms,
     shard_bytes,
     split,

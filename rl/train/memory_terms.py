@@ -54,19 +54,50 @@ def _bytes(run, sizes: Mapping[str, int]):
     return x, layer_w, bp, bc
 
 
-def lookup_table(run, sizes: Mapping[str, int]) -> int:
-    """Bytes per device the embedding lookup gathers when FSDP splits the table's embed
-    dim: the whole table E = [V, D] b_p, vocab over tensor (`models.run_layers` gathers
-    it to vocab-only sharding), and with vocab whole (tensor = 1) XLA's copy of it into
-    the layout the row gather reads (in every FSDP-only TPU compile of
-    `benchmarks/compile_table.py`, in none with tensor = 4): 2·E; 0 without FSDP."""
+MLP_BLOCK = ("mlp_norm", "gate", "up", "down")
+
+
+def gathered_layer(run, sizes: Mapping[str, int], item: int) -> int:
+    """Bytes per device of one layer's weights as FSDP gathers them at use: every weight
+    with its `embed` dim whole (its other splits kept), the attention block's or the MLP
+    block's, the larger (XLA gathers a block's weights where that block runs: the
+    qwen2.5-7b prefill compiled for v5e-16 holds gate, up and down, 3 × 129.5 MiB, and
+    its temporaries are 389 MiB); 0 when the rules do not split `embed`, where the layer
+    scan reads its slice in place (the DP row of `benchmarks/compile_table.py`: no
+    prefill temporaries at all)."""
+    c = run.model_config
+    if split(("embed",), (c.hidden_size,), sizes, run.rules)[0] == 1:
+        return 0
+    blocks = [0, 0]
+    for name, s in params_lib.param_specs(c)["layers"].items():
+        axes = tuple(None if a == "embed" else a for a in s.axes[1:])
+        blocks[name in MLP_BLOCK] += shard_bytes(s.shape[1:], axes, item, sizes, run.rules)
+    return max(blocks)
+
+
+def output_head(run, sizes: Mapping[str, int]) -> int:
+    """Bytes per device of the output matrix [D, V] (b_c) that decode's logits read: under
+    FSDP gathered (D whole, vocab over tensor); else a copy only where the head is the
+    tied table transposed or cast to b_c (`models.transformer.output_matrix`)."""
     c = run.model_config
     D, V = c.hidden_size, c.vocab_size
-    if split(("embed",), (D,), sizes, run.rules)[0] == 1:
-        return 0
-    bp = jnp.dtype(DTYPES[c.param_dtype]).itemsize
-    copies = 2 if split(("vocab",), (V,), sizes, run.rules)[0] == 1 else 1
-    return copies * shard_bytes((V, D), ("vocab", None), bp, sizes, run.rules)
+    bp, bc = (jnp.dtype(DTYPES[d]).itemsize for d in (c.param_dtype, c.dtype))
+    if split(("embed",), (D,), sizes, run.rules)[0] > 1:
+        return shard_bytes((D, V), (None, "vocab"), bc, sizes, run.rules)
+    if c.tie_embeddings or bp != bc:
+        return shard_bytes((D, V), ("embed", "vocab"), bc, sizes, run.rules)
+    return 0
+
+
+def layer_at_use(run, sizes: Mapping[str, int]) -> int:
+    """One layer's weights as a scanned forward reads them: FSDP's gathered copy (and its
+    b_c cast when b_p ≠ b_c), else only the cast of the layer's shard."""
+    c = run.model_config
+    _, layer_w, bp, bc = _bytes(run, sizes)
+    gathered = gathered_layer(run, sizes, bp)
+    cast = 0 if bp == bc else (gathered_layer(run, sizes, bc) if gathered
+                               else layer_w(bc) // c.num_layers)
+    return gathered + cast
 
 
 def sampler_terms(run, sizes: Mapping[str, int], lp: int):
@@ -101,17 +132,15 @@ def sampler_terms(run, sizes: Mapping[str, int], lp: int):
                + 2 * X((L, rows, K, Dh, width), kv)
                + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))
                + 2 * X((rows, V), ("batch", "vocab"), 4))
-    head = X((D, V), ("embed", "vocab")) if c.tie_embeddings or bp != bc else 0
-    gathered = lookup_table(run, sizes)
-    if gathered:  # the tied head is the gathered table; an untied one is gathered whole
-        head = 0 if c.tie_embeddings else X((D, V), (None, "vocab"))
-    decode_weights = head + gathered + layer_w(bp) // L  # unfused: the sampler has the mesh
+    # the head is read after the last layer: XLA reuses the layer's gathered buffers for it
+    # (buffer assignment of the qwen2.5-7b FSDP decode, compiled for v5e-16)
+    decode_weights = max(output_head(run, sizes), layer_at_use(run, sizes))
     b, ts = pow2(groups), pp * ps
     blk = min(ts, max(128, -(-ts // 16)))
     pf = ("batch", "length")
-    prefill = max(gathered, layer_w(bp) // L + 3 * X((b, ts, F), pf + ("mlp",))
-                  + 4 * X((b, ts, D), pf + ("embed",))
-                  + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
+    prefill = (layer_at_use(run, sizes) + 3 * X((b, ts, F), pf + ("mlp",))
+               + 4 * X((b, ts, D), pf + ("embed",))
+               + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
     return kv_pool, decode_weights, prefill, dict(kv_pages=pages, decode_rows=rows,
                                                   decode_width=width)
 
@@ -147,14 +176,13 @@ def learner_terms(run, sizes: Mapping[str, int], lp: int):
     block = -(-cl // blocks)
     # the head's backward: one fp32 logits block (XLA fuses its softmax and cotangent into
     # it), the output matrix's fp32 gradient [D, V] before it is reduced, and under FSDP
-    # the gathered output matrix (tied: the table as the lookup gathers it)
-    gathered = lookup_table(run, sizes)
-    if gathered and not c.tie_embeddings:
-        gathered = X((D, V), (None, "vocab"), bp)
+    # the gathered output matrix (tied or not: [D, V] with vocab over tensor)
+    fsdp = split(("embed",), (D,), sizes, run.rules)[0] > 1
+    gathered = X((D, V), (None, "vocab"), bp) if fsdp else 0
     head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4)
                 + X((D, V), (None, "vocab"), 4) + gathered
                 + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))
     batch = (X((big_p * g, cl), ("batch", None), 4 + 1 + 3 * 4)  # tokens, mask, 3 × f32
              + X((big_p, tp), ("batch", None), 4) + X((big_p,), ("batch",), 4))
-    activations = L * saved + max(head_bwd, r) + layer_w(bp) // L + batch
+    activations = L * saved + max(head_bwd, r) + layer_at_use(run, sizes) + batch
     return activations, dict(learner_tokens=p * lg, learner_rows=n_mb, completion_len=cl)

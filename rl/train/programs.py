@@ -81,6 +81,31 @@ def abstract_state(run, learner: learner_lib.Learner) -> learner_lib.TrainState:
                                   _abstract(key, rep))
 
 
+def shard_bytes(tree) -> int:
+    """Dense bytes per device of a pytree of sharded `ShapeDtypeStruct`s (the largest
+    shard of each leaf; a PRNG key as its two uint32 words)."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        key = jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+        total += math.prod(x.sharding.shard_shape(x.shape)) * (8 if key else x.dtype.itemsize)
+    return total
+
+
+def resident(run) -> dict[str, int]:
+    """{program: bytes per device that stay on the devices while it runs but are not its
+    arguments}: the frozen reference's params when the algorithm keeps one on the devices
+    (not `rl.reference.offload`), and for score, prefill and decode (given the params
+    alone) the rest of the TrainState too: AdamW's moments, the counts, step and key.
+    (While the reference is scored, the policy's params are the copy left resident
+    instead: the same bytes.)"""
+    state = abstract_state(run, make_learner(run))
+    params = shard_bytes(state.params)
+    reference = params if (run.algorithm.needs_reference
+                           and not run.cfg.rl.reference.offload) else 0
+    rest = shard_bytes(state) - params + reference
+    return {name: reference if name == "update" else rest for name in PROGRAMS}
+
+
 def abstract_batch(run, learner: learner_lib.Learner, prompt_len: int,
                    keys=learner_lib.BATCH_KEYS) -> dict[str, jax.ShapeDtypeStruct]:
     """The update's batch (`keys` of it) as `Learner.place` puts it on the mesh."""

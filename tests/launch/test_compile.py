@@ -7,6 +7,7 @@ against an HBM it cannot fit (exit 1, one line naming the program)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import subprocess
@@ -98,6 +99,16 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert figures["update"].aliased == sum(expected[:len(jax.tree.leaves(state))])
     # prefill writes the pool that decode reads and gives back (donated)
     assert 0 < figures["decode"].aliased <= figures["prefill"].outputs
+    # beside the sampler and scoring, AdamW's two params-shaped moments stay resident (and
+    # the counts, step and key: a few bytes); no reference (KL off), so none beside the update
+    resident = programs.resident(run_)
+    params = programs.shard_bytes(state.params)
+    assert resident["update"] == 0
+    assert 0 < resident["decode"] - 2 * params <= 64, (resident, params)
+    assert resident["score"] == resident["prefill"] == resident["decode"]
+    kl = programs.resident(dataclasses.replace(
+        run_, algorithm=dataclasses.replace(run_.algorithm, kl_coef=0.01)))
+    assert kl["update"] == params and kl["decode"] == resident["decode"] + params
 
 
 @pytest.mark.slow

@@ -135,7 +135,7 @@ def test_branch_policies(tiny, policy):
 
 
 @pytest.mark.slow
-def test_no_page_leak_over_40_random_trees(tiny, monkeypatch):
+def test_no_page_leak_over_20_random_trees(tiny, monkeypatch):
     config, params = tiny
     tree = TreeConfig(segment_len=4, max_depth=3, leaves_per_prompt=4, first_branching=(1, 3),
                       page_size=4)
@@ -151,7 +151,7 @@ def test_no_page_leak_over_40_random_trees(tiny, monkeypatch):
 
     monkeypatch.setattr(engine, "decode", recording_decode)
     before = engine.TRACE_COUNTS["decode"]
-    for trial in range(40):
+    for trial in range(20):
         lengths = rng.integers(1, 5, 2)  # 2 prompts in one length bucket
         ro = tree_generate(config, params, prompts_for(trial, lengths), tree, SAMPLING,
                            jax.random.key(trial))

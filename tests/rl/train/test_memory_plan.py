@@ -134,19 +134,15 @@ def test_kv_pool_and_decode_weights_by_hand(workdir, layout):
     logits = 2 * rows * (V // t) * 4
     assert plan.shapes["kv_pages"] == s * pages and plan.shapes["decode_rows"] == s * rows
     assert plan.kv_pool == pool + tails + step + logits
-    layer = hand_params(c, d, f, t) - (V // t) * (D // f) - D  # all layers' weights
-    if f == 1:  # the tied embedding transposed, where it is
-        assert plan.decode_weights == 4 * ((D // f) * (V // t) + layer // L)  # not fused
-    else:  # FSDP: the lookup gathers the whole table [V, D] (vocab over tensor; with
-        # vocab whole XLA also copies it for the row gather); the tied head is that table
-        table = (V // t) * D * (2 if t == 1 else 1)
-        assert plan.decode_weights == 4 * (table + layer // L)
-        assert plan.prefill >= 4 * table  # the prefill's lookup too
-        whole = memory_plan.plan(run, prompt_len=40, mesh_sizes={"data": d, "fsdp": f,
-                                                                 "tensor": 1})
-        assert memory_plan.lookup_table(run, {"data": d, "fsdp": f, "tensor": 1}) == (
-            4 * 2 * V * D)  # vocab whole: the table and its copy
-        assert whole.decode_weights >= 4 * 2 * V * D
+    if f == 1:  # the tied embedding transposed, where it is; the layer read in place
+        assert plan.decode_weights == 4 * D * (V // t)  # not fused
+    else:  # FSDP: the head and one layer gathered (embed whole), not live together; the
+        # lookup reads the table's own shards (`models.transformer.embed_tokens`)
+        layer = (hand_params(c, d, 1, t) - (V // t) * D - D) // L  # one layer, embed whole
+        assert memory_plan.gathered_layer(run, {"data": d, "fsdp": f, "tensor": t}, 4) == (
+            4 * layer)
+        assert plan.decode_weights == 4 * max(D * (V // t), layer)
+        assert plan.prefill >= 4 * layer
 
 
 def test_tree_pool_by_hand(workdir):
@@ -191,7 +187,8 @@ def hand_activations(c, d, f, t, remat, p=2, g=2, cl=16, tp=48, chunk=16, big_p=
     # the table gathered under FSDP (vocab split: no copy), the [N, C, D] hidden states
     head = (n * chunk * V * 4 // (bn * t) + D * (V // t) * 4 + (4 * (V // t) * D if f > 1 else 0)
             + 3 * n * cl * D * 4 // ((d if n % d == 0 else 1) * f))
-    layer = 4 * (hand_params(c, d, f, t) - (V // t) * (D // f) - D) // L  # one layer's slice
+    # one layer's weights at use: gathered with embed whole under FSDP, else read in place
+    layer = 4 * ((hand_params(c, d, 1, t) - (V // t) * D - D) // L) if f > 1 else 0
     rows = big_p * g
     batch = (rows * cl * 17 // rows_split(rows, d, f)
              + big_p * (tp + 1) * 4 // rows_split(big_p, d, f))
