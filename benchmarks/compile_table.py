@@ -2,6 +2,7 @@ r"""The memory planner against XLA's compiled figures, per term, for TPU slices.
 
     python benchmarks/compile_table.py                      # every row of ROWS
     python benchmarks/compile_table.py --rows=0,3 --out=/tmp/table.md
+    python benchmarks/compile_table.py --rows=2 --prompts=32    # another batch
 
 For each row (model preset, slice, mesh) it resolves configs/base.py with the row's
 settings on the slice's devices (`launch.compile.on_slice`), plans the step
@@ -30,9 +31,12 @@ import os
 import sys
 import tempfile
 
+import jax.numpy as jnp
+
 from configs import base
 from launch import compile as compile_lib
 from launch import topology
+from models.config import DTYPES
 from rl.train import memory_plan, programs
 
 # (preset, slice, mesh data/fsdp/tensor, prompts_per_step): bf16 params and compute,
@@ -65,7 +69,7 @@ def pool_bytes(run, plan) -> int:
     ps, pages = int(run.cfg.sampling.page_size), plan.shapes["kv_pages"]
     axes = ("layers", "batch", "kv_heads", None, None)  # pages over the batch shards
     sizes = dict(run.mesh.shape)
-    item = 2 if c.dtype == "bfloat16" else 4
+    item = jnp.dtype(DTYPES[c.dtype]).itemsize
     return 2 * memory_plan.shard_bytes((c.num_layers, pages, c.num_kv_heads, c.head_dim, ps),
                                        axes, item, sizes, run.rules)
 
@@ -103,15 +107,16 @@ def figures_of(run, path: str, recompile=()) -> dict:
     return {p: cached[p] for p in programs.PROGRAMS}
 
 
-def row(index: int, cache: str, recompile=()) -> list[str]:
-    preset, name, mesh, prompts = ROWS[index]
+def row(index: int, cache: str, recompile=(), prompts: int | None = None) -> list[str]:
+    preset, name, mesh, default = ROWS[index]
+    prompts = prompts or default
     slice_ = topology.parse(name)
     topology.quiet_libtpu(slice_)
     with tempfile.TemporaryDirectory() as tmp:
         run = compile_lib.on_slice(config(preset, mesh, prompts), slice_, tmp)
         plan = memory_plan.plan(run, prompt_len=PROMPT_LEN)
-        figures = figures_of(run, os.path.join(cache, f"{preset}_{name}_"
-                                               f"{'x'.join(map(str, mesh))}.json"), recompile)
+        figures = figures_of(run, os.path.join(
+            cache, f"{preset}_{name}_{'x'.join(map(str, mesh))}_p{prompts}.json"), recompile)
     kind = ("DP" if mesh[1] == mesh[2] == 1 else "FSDP" if mesh[2] == 1 else "FSDP×TP")
     lines = []
     for term, (planned, compiled) in compare(run, plan, figures).items():
@@ -132,6 +137,8 @@ def main() -> None:
                         help="directory of each row's compiled figures (JSON)")
     parser.add_argument("--recompile", default="",
                         help="programs to compile again even when cached, e.g. prefill,decode")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="train.prompts_per_step for every row (default: the row's, 16)")
     args = parser.parse_args()
     os.makedirs(args.cache, exist_ok=True)
     import jax  # noqa: PLC0415 - after the flags: a bad flag costs no backend
@@ -139,7 +146,8 @@ def main() -> None:
     out = ["| model | slice | mesh (data×fsdp×tensor) | term | planner | XLA | planner off |",
            "|---|---|---|---|---|---|---|"]
     for index in (int(i) for i in args.rows.split(",")):
-        out += row(index, args.cache, tuple(filter(None, args.recompile.split(","))))
+        out += row(index, args.cache, tuple(filter(None, args.recompile.split(","))),
+                   args.prompts)
         print("\n".join(out[-len(TERMS):]), file=sys.stderr, flush=True)
     text = "\n".join(out)
     print(text)

@@ -19,6 +19,8 @@ process until a timeout, then abort with pages of logs).
 from __future__ import annotations
 
 import functools
+import glob
+import importlib.util
 import json
 import logging as pylogging
 import os
@@ -203,6 +205,26 @@ def _stoppable(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]
     return wrapped
 
 
+GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
+               "jax_rocm7_plugin")
+
+
+def _skip_absent_tpu() -> None:
+    """Starts JAX on the CPU alone where it could start nothing else but would probe a TPU
+    that is not there: libtpu installed (the `tpu` extra, which `make test` installs to
+    compile for TPU slices), no TPU device files (/dev/accel*, /dev/vfio/N) and no JAX
+    GPU plugin. Without this, every start on such a machine prints libtpu's
+    'could not determine TPU accelerator type' and INVALID_ARGUMENT lines. JAX_PLATFORMS,
+    when set, decides instead."""
+    if os.environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
+        return
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+        return
+    if any(importlib.util.find_spec(name) is not None for name in GPU_PLUGINS):
+        return
+    jax.config.update("jax_platforms", "cpu")  # before any backend starts
+
+
 def run(main: Callable[[list[str]], None], default_config: str | None = None) -> None:
     """`app.run(main)`; `--config=default_config` is added when no --config is given.
 
@@ -213,6 +235,7 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     # jax logs a failed TPU probe at INFO on every CPU/GPU start; it is not news.
     # (JAX's INFO messages, this one among them, are kept out of the run's output)
     pylogging.getLogger("jax").setLevel(pylogging.WARNING)
+    _skip_absent_tpu()
     if default_config and not any(a == "--config" or a.startswith("--config=")
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")

@@ -5,24 +5,26 @@ r"""Compile an RL step for a TPU slice, on any machine: `python -m launch.compil
         --config.model.param_dtype=bfloat16 --config.model.remat=full
 
 Lowers and compiles, for the slice's devices (`launch.topology`: v4, v5e, v5p, v6e by
-name, every host's devices; libtpu, the `tpu` extra, compiles them here without a TPU)
-and the config's mesh, every program of an RL step (`rl.train.programs`: update, score,
+name, every host's devices; libtpu, the `tpu` extra, compiles them here without a TPU) and
+the config's mesh, every program of an RL step (`rl.train.programs`: update, score,
 prefill, decode) and prints, per device, what XLA allocates for each: arguments, outputs,
 aliased (donated inputs reused as outputs), temporaries, total = arguments + outputs -
 aliased + temporaries; what stays on the devices beside it without being its argument
 (`rl.train.programs.resident`: AdamW's moments beside the sampler and scoring, the
-reference's params), and their sum, the program's peak, against the chip's HBM; the FLOPs and bytes XLA's cost analysis
-counts and the time bound max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) from them
-(`rl.train.memory_plan.PEAKS`). XLA's cost analysis counts the body of every loop once,
-whatever its trip count: one layer of the layer scan, one minibatch (the update's scan
-over epochs × minibatches), one logits block (`train.logits_chunk`) and one decode step
-(the decode's while loop). So these three columns are per loop iteration, floors of a
-step's work, not its totals (a 28-layer model's update does about 28 times the layer
-work counted). Progress goes to stderr. Nothing runs on a device.
+reference's params), and their sum, the program's peak, against the chip's HBM; the FLOPs
+and bytes XLA's cost analysis counts and the time bound max(FLOPs / peak FLOP/s, bytes /
+HBM bandwidth) from them (`rl.train.memory_plan.PEAKS`). XLA's cost analysis counts the
+body of every loop once, whatever its trip count: one layer of the layer scan, one
+minibatch (the update's scan over epochs × minibatches), one logits block
+(`train.logits_chunk`) and one decode step (the decode's while loop). So these three
+columns are per loop iteration, floors of a step's work, not its totals (a 28-layer
+model's update does about 28 times the layer work counted). Progress goes to stderr.
+Nothing runs on a device.
 
 Exit status: 0 when every program's peak fits, 1 when one does not (the last line on
 stderr names each that does not and by how much: over the HBM, or refused by XLA's own
-check), 2 for a bad flag, config or topology name (one line; the names are listed).
+check), 2 for a bad flag, config or topology name, or no libtpu (one line; the names
+are listed).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from absl import flags, logging
 
 from launch import topology
 from launch.common import default_config_path, define_config_flag, run
-from models import sharding
+from models import extras, sharding
 from rl.train import build, memory_plan, programs
 from rl.train.memory_plan import GiB, size
 
@@ -162,6 +164,7 @@ def main(argv):
     cfg = _CONFIG.value
     try:
         slice_ = topology.parse(_TOPOLOGY.value or "")
+        extras.check("libtpu", "tpu", "launch.compile")
         topology.quiet_libtpu(slice_)
         jax.config.update("jax_platforms", "cpu")  # compiles only: nothing runs on a TPU
         with tempfile.TemporaryDirectory() as tmp:  # the byte tokenizer, when one is made

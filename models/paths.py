@@ -303,7 +303,14 @@ def cached(path: str) -> str:
     os.makedirs(os.path.dirname(local), exist_ok=True)
     partial = tempfile.mkdtemp(prefix=f".{key}.", dir=os.path.dirname(local))
     try:
-        os.rename(download(path, partial), local)
+        download(path, partial)
+    except BaseException:  # a failed download leaves no partial copy behind, and raises
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    try:
+        os.rename(partial, local)
     except OSError:  # another process renamed its copy first
         shutil.rmtree(partial, ignore_errors=True)
+        if not os.path.isdir(local):
+            raise
     return local

@@ -139,6 +139,11 @@ def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh
     return PartitionSpec(*spec)
 
 
+def axis_names(entry) -> tuple[str, ...]:
+    """One PartitionSpec entry (None, a mesh axis name or a tuple of them) as a tuple."""
+    return tuple(entry) if isinstance(entry, tuple) else (entry,) if entry else ()
+
+
 def param_shardings(config: ModelConfig, mesh: Mesh, rules: Rules | None = None) -> Any:
     """Pytree of `NamedSharding` matching `models.init(config, ...)`."""
     rules = rules if rules is not None else make_rules()

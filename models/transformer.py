@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from models import layers
 from models.config import ModelConfig
-from models.sharding import ActivationSharding
+from models.sharding import ActivationSharding, axis_names
 
 
 def _no_constraint(x, axes):
@@ -159,21 +159,16 @@ def embed_tokens(table: jax.Array, tokens: jax.Array,
     if sharding is None:
         return jnp.take(table, tokens, axis=0)
     spec = sharding.spec(("vocab", "embed"), table.shape)
-    split = _names(spec[1]) if len(spec) > 1 else ()
+    split = axis_names(spec[1]) if len(spec) > 1 else ()
     if not split:
         return jnp.take(sharding.constrain(table, ("vocab", None)), tokens, axis=0)
-    batch = tuple(a for a in _names(sharding.spec(("batch",), tokens.shape[:1])[0])
+    batch = tuple(a for a in axis_names(sharding.spec(("batch",), tokens.shape[:1])[0])
                   if a not in split)
     rows = P(batch or None, None)
     tokens = jax.lax.with_sharding_constraint(tokens, NamedSharding(sharding.mesh, rows))
     x = jnp.take(table, tokens, axis=0)
     return jax.lax.with_sharding_constraint(
         x, NamedSharding(sharding.mesh, P(*rows, split if len(split) > 1 else split[0])))
-
-
-def _names(entry) -> tuple[str, ...]:
-    """A PartitionSpec entry as a tuple of mesh axis names."""
-    return tuple(entry) if isinstance(entry, tuple) else (entry,) if entry else ()
 
 
 def fuse_layers(config: ModelConfig, stacked: dict) -> dict:

@@ -103,19 +103,14 @@ def prefill(config: ModelConfig, num_pages: int, params: dict, tokens: jax.Array
     TRACE_COUNTS["prefill"] += 1
     shards = shards_lib.of(sharding)
     cache = shards_lib.constrain_pool(
-        init_cache(config, num_pages, tokens.shape[1] // tables.shape[1]), shards, sharding)
+        init_cache(config, num_pages, tokens.shape[1] // tables.shape[1]), shards)
     hidden, cache = paged_forward(config, params, cache, tokens, tables, offsets, active,
-                                  sharding, store=_local_write(shards))
-    cache = shards_lib.constrain_pool(cache, shards, sharding)
+                                  sharding, store=shards_lib.local(
+                                      shards, paged_attention.write,
+                                      ("pool", "whole", "rows", "rows", "rows", "rows"), "pool"))
+    cache = shards_lib.constrain_pool(cache, shards)
     hidden = hidden[:, -1]
     return (hidden if rows is None else hidden[rows]), cache
-
-
-def _local_write(shards: shards_lib.Shards):
-    """`paged_attention.write` run per batch shard (page ids are local to the shard)."""
-    row, pool = shards.spec, (shards.pool_spec, shards.pool_spec)
-    return shards_lib.local(shards, paged_attention.write,
-                            (pool, shards_lib.PartitionSpec(), row, row, row, row), pool)
 
 
 def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
@@ -128,17 +123,6 @@ def _views(cache: KVCache, pages: PageRows) -> tuple[jax.Array, jax.Array]:
     keys = cache.k[:, tables].transpose(0, 1, 3, 4, 2, 5).reshape(n, s, kv, dh, mp * ps)
     values = cache.v[:, tables].transpose(0, 1, 3, 2, 4, 5).reshape(n, s, kv, mp * ps, dh)
     return keys, values
-
-
-def _local(shards: shards_lib.Shards, fn: Callable, rows_args: int, pool_args: int = 0,
-           scalars: int = 0, out: str = "pool") -> Callable:
-    """`fn(*pools, *rows, *scalars)` per batch shard (`shards_lib.local`): `pool_args`
-    [L, P|S, ...] trees split on their second dim, `rows_args` trees (PageRows,
-    [S, ...] arrays) on their first, `scalars` whole; the result a pool ("pool") or
-    rows ("rows") tree."""
-    pool, row, whole = shards.pool_spec, shards.spec, shards_lib.PartitionSpec()
-    specs = (pool,) * pool_args + (row,) * rows_args + (whole,) * scalars
-    return shards_lib.local(shards, fn, specs, pool if out == "pool" else row)
 
 
 # XLA:CPU compiler options of the decode program: none today. The former
@@ -262,8 +246,8 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     pools = tuple((c.k, c.v) for c in caches)
     shards = shards_lib.of(sharding)
     attend_for, tails, before = _attention(caches, pools, pages, steps, attention, shards)
-    pools = shards_lib.constrain_pool(pools, shards, sharding)
-    tails = shards_lib.constrain_pool(tails, shards, sharding)
+    pools = shards_lib.constrain_pool(pools, shards)
+    tails = shards_lib.constrain_pool(tails, shards)
     body = _decode_body(models_, decoders, pools, attend_for, pick,
                         jax.random.fold_in(rng, call),
                         jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32), pad,
@@ -277,7 +261,8 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
     _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
     # the call's tokens go to their pages (the dense views' last `steps` columns)
-    write = _local(shards, paged_attention.write_tail, rows_args=2, pool_args=2)
+    write = shards_lib.local(shards, paged_attention.write_tail,
+                             ("pool", "pool", "rows", "rows"), "pool")
     caches = tuple(KVCache(*write(pool, (tail[0][..., before:], tail[1][:, :, :, before:]),
                                   pages, ~state.done))
                    for pool, tail in zip(pools, tails, strict=True))
@@ -298,22 +283,25 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
         attention = "dense_view"
     if attention != "dense_view":  # the call's own tokens: [L, S, K, Dh, steps] / [.., Dh]
         tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
-        row, whole = shards.spec, shards_lib.PartitionSpec()
         # (rows, step, the layer's pool [P, ..], its tail [S, ..], q, k, v) -> out [S, ..]
         layer = shards_lib.local(shards, paged_attention.decode_attention,
-                                 (row, whole, row, row, row, row, row), row)
+                                 ("rows", "whole", "rows", "rows", "rows", "rows", "rows"),
+                                 "rows")
         return (lambda i, pool, tail: paged_attention.decode_attend(pages, i, pool, tail,
                                                                     layer),
                 tails, 0)
     # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
     ps = caches[0].page_size
-    views = _local(shards, _views, rows_args=1, pool_args=1)
+    views = shards_lib.local(shards, _views, ("pool", "rows"), "pool")
     tails = tuple(views(c, pages) for c in caches)
     before = tails[0][0].shape[-1] - steps  # view slots before the call's tokens
     slots = jnp.arange(before + steps, dtype=jnp.int32)
     group_end = pages.group_tables.shape[1] * ps
-    shared = ((slots[None] < group_end)
-              & (slots[None] >= pages.group_offsets[pages.row_group][:, None]))
+    # each row's group offset: `row_group` indexes its own shard's block of groups
+    s, g = pages.row_group.shape[0], pages.group_offsets.shape[0]
+    block = jnp.arange(s, dtype=jnp.int32) // (s // shards.count) * (g // shards.count)
+    start = pages.group_offsets[block + pages.row_group]
+    shared = (slots[None] < group_end) & (slots[None] >= start[:, None])
 
     def attend_for(i, pool, tail):
         del pool
@@ -355,7 +343,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
                         for (new_hidden, _), hidden in zip(stepped, hiddens, strict=True))
         tails = shards_lib.constrain_pool(
             tuple(paged_attention.store_step(tail, new, before + i)
-                  for (_, new), tail in zip(stepped, tails, strict=True)), shards, sharding)
+                  for (_, new), tail in zip(stepped, tails, strict=True)), shards)
         return i + 1, hiddens, done | stopped, out, extra, tails
 
     return body

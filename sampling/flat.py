@@ -118,19 +118,12 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     prompt_shard = shards_lib.assign([n] * len(prompts), shards)
     rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
     unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard)
-    per_prompt = np.bincount(unique_shard, minlength=shards).max()
-    prompt_pages = engine.prompt_bucket(max(map(len, unique)), page_size) // page_size
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     budget = np.full(rows.rows, sp.max_new_tokens, np.int64)  # padding rows never limit
     budget[rows.place] = _budgets(max_new_tokens_per_row, r, sp.max_new_tokens)
-    # one pool per batch shard (`sampling.shards`): its prompts' pages and its rows'
-    pools = [PagePool(1 + engine.next_pow2(per_prompt) * prompt_pages + rows.per * gen_pages)
-             for _ in range(shards)]
-    layout = engine.layout_prompts(pools, unique, page_size, config.pad_token_id or 0,
-                                   unique_shard)
-    source = np.arange(rows.rows) // rows.per * (len(layout.tables) // shards)
-    source[rows.place] = layout.rows[sample_source]  # the prompt row of each device row
+    pools, layout, source = shard_layout(unique, unique_shard, sample_source, rows, page_size,
+                                         gen_pages, config.pad_token_id or 0)
     hidden, carry = prefill(sum(p.num_pages for p in pools), layout, source)
     for row in rows.place:
         pools[row // rows.per].retain(layout.tables[source[row]])
@@ -155,8 +148,9 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
              "kv_bytes": sum(cache_bytes(c, sum(p.num_pages for p in pools), page_size)
                              for c in configs),
              "stopped_early": int(stopped_early)}
-    return _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget), rows.to_items(done), len(prompts), n,
-                     sp.max_new_tokens, np.int32(config.pad_token_id or 0), stats)
+    return _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
+                     rows.to_items(done), len(prompts), n, sp.max_new_tokens,
+                     np.int32(config.pad_token_id or 0), stats)
 
 
 def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> None:
@@ -168,6 +162,24 @@ def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> 
     if page_size < 1 or segment_len < 1 or segment_len % page_size:
         raise ValueError(f"{prefix}segment_len ({segment_len}) must be a positive multiple of "
                          f"{prefix}page_size ({page_size})")
+
+
+def shard_layout(unique: list[list[int]], unique_shard: np.ndarray, sample_source: np.ndarray,
+                 rows: shards_lib.Placement, page_size: int, gen_pages: int, pad_id: int):
+    """(pools, layout, source): one page pool per batch shard (`sampling.shards`), sized
+    for its prompts' pages and its rows' `gen_pages` each; the distinct prompts laid out
+    in them (`unique_shard` [U] the shard of each); `source` [rows.rows] the prompt row of
+    each device row (sample i's prompt is `sample_source[i]`; a padding row points at its
+    shard's first row)."""
+    count = rows.count
+    per_prompt = np.bincount(unique_shard, minlength=count).max()
+    prompt_pages = engine.prompt_bucket(max(map(len, unique)), page_size) // page_size
+    pools = [PagePool(1 + engine.next_pow2(per_prompt) * prompt_pages + rows.per * gen_pages)
+             for _ in range(count)]
+    layout = engine.layout_prompts(pools, unique, page_size, pad_id, unique_shard)
+    source = np.arange(rows.rows) // rows.per * (len(layout.tables) // count)
+    source[rows.place] = layout.rows[sample_source]
+    return pools, layout, source
 
 
 def _distinct(prompts: list[list[int]], n: int, share: bool,

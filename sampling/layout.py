@@ -125,19 +125,17 @@ class PromptLayout(NamedTuple):
     rows: np.ndarray     # [B] the row of each prompt (i with one shard)
 
 
-def layout_prompts(pool: PagePool | Sequence[PagePool], prompts: list[list[int]],
-                   page_size: int, pad_id: int = 0,
-                   shard_of: np.ndarray | None = None) -> PromptLayout:
+def layout_prompts(pools: Sequence[PagePool], prompts: list[list[int]], page_size: int,
+                   pad_id: int, shard_of: np.ndarray) -> PromptLayout:
     """Allocates pages for right-aligned prompts. Prompt rows are bucketed to
     a power of two and slots to a power-of-two number of pages
     (`prompt_bucket`). One layout can be prefilled into several caches.
 
-    With one pool per batch shard (`pool` a sequence of D pools, `shard_of` [B] the
-    shard of each prompt: `sampling.shards`), the rows are D equal blocks, prompt p
-    in block `shard_of[p]` with pages of that shard's pool (local ids); `rows[p]` is
-    its row."""
-    pools = [pool] if isinstance(pool, PagePool) else list(pool)
-    shard_of = np.zeros(len(prompts), np.int64) if shard_of is None else np.asarray(shard_of)
+    One pool per batch shard (D pools; one without a mesh), `shard_of` [B] the shard of
+    each prompt (`sampling.shards.assign`): the rows are D equal blocks of a power of
+    two each, prompt p in block `shard_of[p]` with pages of that shard's pool (local
+    ids); `rows[p]` is its row."""
+    shard_of = np.asarray(shard_of)
     on = [np.flatnonzero(shard_of == d) for d in range(len(pools))]
     per = next_pow2(max(map(len, on)))
     rows_b = len(pools) * per

@@ -30,7 +30,6 @@ class DecodeOutput:
     extra: dict = dataclasses.field(default_factory=dict)  # name -> [S, steps] per-step columns
 
 
-
 def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:
     """Host DecodeOutputs of consecutive calls joined along the token axis.
 

@@ -65,24 +65,31 @@ def of(sharding: ActivationSharding | None) -> Shards:
     return Shards(math.prod(sharding.mesh.shape[a] for a in axes), axes, sharding)
 
 
-def local(shards: Shards, fn: Callable, in_specs, out_specs) -> Callable:
+def local(shards: Shards, fn: Callable, args: Sequence[str], out: str) -> Callable:
     """`fn` run once per batch shard on its block of every argument (`jax.shard_map`,
     manual over the batch axes only: `tensor` stays with the compiler); `fn` itself
-    with one shard. Specs use `Shards.spec` / `pool_spec` / `PartitionSpec()`."""
+    with one shard. `args` (one per argument) and `out` name how each is split:
+    "pool" a tree of [L, P|S, ...] arrays on its second dim (pools, per-row tails),
+    "rows" a tree of [S, ...] / [G, ...] arrays on its first (PageRows, rows' q/k/v),
+    "whole" not at all (a step index)."""
     if shards.count == 1:
         return fn
-    return jax.shard_map(fn, mesh=shards.sharding.mesh, in_specs=in_specs,
-                         out_specs=out_specs, axis_names=set(shards.axes))
+    specs = {"pool": shards.pool_spec, "rows": shards.spec, "whole": PartitionSpec()}
+    return jax.shard_map(fn, mesh=shards.sharding.mesh, in_specs=tuple(specs[a] for a in args),
+                         out_specs=specs[out], axis_names=set(shards.axes))
 
 
-def constrain_pool(tree, shards: Shards, sharding: ActivationSharding | None):
-    """A pool or tail tree of [L, P|S, K, ...] arrays constrained to its layout: the
-    second dim over the batch axes (when split) and kv heads over `tensor`."""
-    if sharding is None:
+def pool_axes(shards: Shards) -> tuple:
+    """The logical axes of a [L, P|S, K, ...] pool or tail: the second dim over the batch
+    axes (when they split it) and kv heads over `tensor`."""
+    return ("layers", "batch" if shards.count > 1 else None, "kv_heads", None, None)
+
+
+def constrain_pool(tree, shards: Shards):
+    """A pool or tail tree of [L, P|S, K, ...] arrays constrained to `pool_axes`."""
+    if shards.sharding is None:
         return tree
-    second = "batch" if shards.count > 1 else None
-    axes = ("layers", second, "kv_heads", None, None)
-    return jax.tree.map(lambda a: sharding.constrain(a, axes), tree)
+    return jax.tree.map(lambda a: shards.sharding.constrain(a, pool_axes(shards)), tree)
 
 
 def assign(rows_per_prompt: Sequence[int], count: int) -> np.ndarray:

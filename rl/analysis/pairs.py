@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from typing import Any
 
 import jax
@@ -39,14 +38,15 @@ class Policy:
 
 
 def load_policy(path: str, step: int | None = None, *, name: str = "",
-                dtype=None, tmp: str | None = None) -> Policy:
+                dtype=None) -> Policy:
     """A policy from a Hugging Face directory, or a training workdir: its Orbax
     checkpoint (the newest usable, or `step`) when it has `checkpoints/`, else its
     `final/` export. Its config computes in fp32 (stored weights keep their dtype
     and are cast at use). `path` may be a gs:// / s3:// URI (models.paths): Orbax
-    reads a checkpoint from the bucket, a Hugging Face directory is downloaded into
-    the local folder `tmp` first (a temporary one when None), where its tokenizer is
-    read from. Raises FileNotFoundError / CheckpointError with one line."""
+    reads a checkpoint from the bucket, a Hugging Face directory is read through the
+    local cache (`models.paths.cached`: one download per bucket listing, reused), where
+    its tokenizer is read from. Raises FileNotFoundError / CheckpointError with one
+    line."""
 
     dtype = dtype or jnp.float32
     if not paths.isdir(path):
@@ -65,7 +65,7 @@ def load_policy(path: str, step: int | None = None, *, name: str = "",
     if not paths.isfile(paths.join(path, "config.json")):
         raise FileNotFoundError(f"{path} has no config.json (expected a Hugging Face directory "
                                 "or a training workdir with checkpoints/ or final/)")
-    local = paths.download(path, tempfile.mkdtemp(dir=tmp)) if paths.is_remote(path) else path
+    local = paths.cached(path)
     config, params = models.load_pretrained(local, dtype)
     return Policy(name or _short(path), _fp32(config), params, local)
 

@@ -102,8 +102,8 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
          progress: Callable[[str], None] = print) -> Study:
     """The study of `cfg`'s data: prompts (its held-out split, else the training
     split), references and verifier, and the models at the paths `base`, `rl` and
-    `sft` (HF directories or training workdirs, local or gs:// / s3:// URIs,
-    downloaded into `tmp` where needed: `load_policy`; `steps` their checkpoint steps).
+    `sft` (HF directories or training workdirs, local or gs:// / s3:// URIs, read
+    through the local cache where needed: `load_policy`; `steps` their checkpoint steps).
     With `updates`, an RL workdir's consecutive checkpoints are compared too
     (`run_study` loads them two at a time). The tokenizer is
     the RL model's. Raises one of `rl.train.build.ERRORS` with a one-line message."""
@@ -115,7 +115,7 @@ def load(cfg, base: str, rl: str, sft: str = "", *, steps=(None, None, None),
         raise ValueError(f"need at least one prompt, got {prompts}")
     run = build.resolve(cfg, tmp)
     progress(f"loading base {base}, rl {rl}" + (f", sft {sft}" if sft else ""))
-    policies = [load_policy(p, s, tmp=tmp) if p else None
+    policies = [load_policy(p, s) if p else None
                 for p, s in zip((base, rl, sft), steps)]
     for other in filter(None, policies[1:]):
         check_pair(policies[0].config, other.config)

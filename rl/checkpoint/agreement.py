@@ -7,14 +7,16 @@ point of the same step (docs/fault_tolerance.md, "Several processes").
     if verdict.save_due: save               # checkpoint.every_s, on process 0's clock
     if verdict.signum: save; stop           # any process was signalled -> every one stops
 
-    settle(error)                           # inside a step, after host code that may fail
+    settle(error)                           # inside a step, after an injected fault
 
 A step that raises in one process only (a verifier bug, a bad row, an injected fault)
 must not leave the others waiting in the step's next collective. So the host code of a
-step that may fail is followed by a decision point before the next collective: `settle`
-(a failure after the rollout), the reward join (`rl.train.scoring`), and `decide` at the
-end of the step. Each is a collective every process calls; a failure anywhere raises
-`StepFailed` in every process there, and the step is rolled back everywhere.
+step that may fail is followed by a decision point before the next collective: the
+reward join (`rl.train.scoring`: the verifiers, the step's host code that may fail),
+`decide` at the end of the step, and `settle` where `fault.*` injects a failure after
+the rollout (`rl.checkpoint.faults`). Each is a collective every
+process calls; a failure anywhere raises `StepFailed` in every process there, and the
+step is rolled back everywhere.
 
 A collective that fails because another process is gone (killed, lost) raises `PeerLost`:
 this process cannot go on (every later collective needs the lost one) and the entry point

@@ -57,7 +57,8 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                the table's own shards (`models.transformer.embed_tokens`): no table copy.
   prefill      the prompt forward, one layer at a time: that layer's weights at use (as
                above) + 3 [B, Ts, F] + 4 [B, Ts, D] (b_c) + 2 fp32 score blocks
-               [B, H, Ts, blk], B = pow2(P), Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))).
+               [B, H, Ts, blk], B = s·pow2(P') (each shard's prompts; flat APRIL: its
+               over-provisioned groups), Ts = pp·ps, blk = min(Ts, max(128, ceil(Ts / 16))).
   gradients    params-shaped, in the params' dtype and sharding: = params.
   update       the AdamW update tree (params-shaped, b_p) that optax builds from the clipped
                gradients before `apply_updates`, live with them: = params.
@@ -103,6 +104,7 @@ import jax.numpy as jnp
 from models import params as params_lib
 from models import sharding
 from models.config import DTYPES
+from rl.checkpoint.storage import size_text as size
 from rl.train.memory_terms import (  # noqa: F401  (re-exported: benchmarks, tests)
     gathered_layer,
     learner_terms,
@@ -243,10 +245,6 @@ def preflight(run, accelerator: str = "local", *, stream=None) -> Plan:
     print(result.format(accelerator), file=stream if stream is not None else sys.stdout)
     result.check(accelerator)
     return result
-
-
-def size(n: int) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / MiB:.1f} MiB"
 
 
 def advice(term: str, s: Mapping) -> str:

@@ -28,8 +28,7 @@ def split(axes, shape, sizes: Mapping[str, int], rules) -> tuple[int, ...]:
                                     rules, "memory_plan")
     out = []
     for entry in tuple(spec) + (None,) * (len(shape) - len(spec)):
-        names = entry if isinstance(entry, tuple) else (entry,) if entry else ()
-        out.append(math.prod(sizes[a] for a in names))
+        out.append(math.prod(sizes[a] for a in sharding.axis_names(entry)))
     return tuple(out)
 
 
@@ -57,6 +56,11 @@ def _bytes(run, sizes: Mapping[str, int]):
 MLP_BLOCK = ("mlp_norm", "gate", "up", "down")
 
 
+def fsdp(run, sizes: Mapping[str, int]) -> bool:
+    """Whether the rules split the `embed` dim (FSDP: weights gathered at use)."""
+    return split(("embed",), (run.model_config.hidden_size,), sizes, run.rules)[0] > 1
+
+
 def gathered_layer(run, sizes: Mapping[str, int], item: int) -> int:
     """Bytes per device of one layer's weights as FSDP gathers them at use: every weight
     with its `embed` dim whole (its other splits kept), the attention block's or the MLP
@@ -65,11 +69,10 @@ def gathered_layer(run, sizes: Mapping[str, int], item: int) -> int:
     its temporaries are 389 MiB); 0 when the rules do not split `embed`, where the layer
     scan reads its slice in place (the DP row of `benchmarks/compile_table.py`: no
     prefill temporaries at all)."""
-    c = run.model_config
-    if split(("embed",), (c.hidden_size,), sizes, run.rules)[0] == 1:
+    if not fsdp(run, sizes):
         return 0
     blocks = [0, 0]
-    for name, s in params_lib.param_specs(c)["layers"].items():
+    for name, s in params_lib.param_specs(run.model_config)["layers"].items():
         axes = tuple(None if a == "embed" else a for a in s.axes[1:])
         blocks[name in MLP_BLOCK] += shard_bytes(s.shape[1:], axes, item, sizes, run.rules)
     return max(blocks)
@@ -80,12 +83,11 @@ def output_head(run, sizes: Mapping[str, int]) -> int:
     FSDP gathered (D whole, vocab over tensor); else a copy only where the head is the
     tied table transposed or cast to b_c (`models.transformer.output_matrix`)."""
     c = run.model_config
-    D, V = c.hidden_size, c.vocab_size
-    bp, bc = (jnp.dtype(DTYPES[d]).itemsize for d in (c.param_dtype, c.dtype))
-    if split(("embed",), (D,), sizes, run.rules)[0] > 1:
-        return shard_bytes((D, V), (None, "vocab"), bc, sizes, run.rules)
+    X, _, bp, bc = _bytes(run, sizes)
+    if fsdp(run, sizes):
+        return X((c.hidden_size, c.vocab_size), (None, "vocab"))
     if c.tie_embeddings or bp != bc:
-        return shard_bytes((D, V), ("embed", "vocab"), bc, sizes, run.rules)
+        return X((c.hidden_size, c.vocab_size), ("embed", "vocab"))
     return 0
 
 
@@ -134,11 +136,12 @@ def sampler_terms(run, sizes: Mapping[str, int], lp: int):
                + 2 * X((rows, V), ("batch", "vocab"), 4))
     # the head is read after the last layer: XLA reuses the layer's gathered buffers for it
     # (buffer assignment of the qwen2.5-7b FSDP decode, compiled for v5e-16)
-    decode_weights = max(output_head(run, sizes), layer_at_use(run, sizes))
-    b, ts = pow2(groups), pp * ps
+    layer = layer_at_use(run, sizes)
+    decode_weights = max(output_head(run, sizes), layer)
+    b, ts = d * pow2(mine), pp * ps  # each shard prefills pow2(its prompts) rows
     blk = min(ts, max(128, -(-ts // 16)))
     pf = ("batch", "length")
-    prefill = (layer_at_use(run, sizes) + 3 * X((b, ts, F), pf + ("mlp",))
+    prefill = (layer + 3 * X((b, ts, F), pf + ("mlp",))
                + 4 * X((b, ts, D), pf + ("embed",))
                + 2 * X((b, H, ts, blk), ("batch", "heads", "length", None), 4))
     return kv_pool, decode_weights, prefill, dict(kv_pages=pages, decode_rows=rows,
@@ -177,8 +180,7 @@ def learner_terms(run, sizes: Mapping[str, int], lp: int):
     # the head's backward: one fp32 logits block (XLA fuses its softmax and cotangent into
     # it), the output matrix's fp32 gradient [D, V] before it is reduced, and under FSDP
     # the gathered output matrix (tied or not: [D, V] with vocab over tensor)
-    fsdp = split(("embed",), (D,), sizes, run.rules)[0] > 1
-    gathered = X((D, V), (None, "vocab"), bp) if fsdp else 0
+    gathered = X((D, V), (None, "vocab"), bp) if fsdp(run, sizes) else 0
     head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4)
                 + X((D, V), (None, "vocab"), 4) + gathered
                 + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))

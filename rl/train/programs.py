@@ -43,9 +43,9 @@ from rl.train import build, memory_plan
 from rl.train import learner as learner_lib
 from rl.train.batch import PROMPT_MULTIPLE, round_up
 from rl.train.trainer import optimizer_for
-from sampling import engine
+from sampling import engine, flat
 from sampling import shards as shards_lib
-from sampling.page_pool import NULL_PAGE, PagePool
+from sampling.page_pool import NULL_PAGE
 
 PROGRAMS = ("update", "score", "prefill", "decode")
 
@@ -135,13 +135,9 @@ def _sampler_layout(run, prompt_len: int):
     prompts = [[1 + (i % (config.vocab_size - 1))] * prompt_len for i in range(groups)]
     prompt_shard = shards_lib.assign([n] * groups, count)
     rows = shards_lib.place(np.repeat(prompt_shard, n), count)
-    per_prompt = np.bincount(prompt_shard, minlength=count).max()
-    prompt_pages = engine.prompt_bucket(prompt_len, ps) // ps
-    pools = [PagePool(1 + engine.next_pow2(per_prompt) * prompt_pages
-                      + rows.per * segments * seg_pages) for _ in range(count)]
-    layout = engine.layout_prompts(pools, prompts, ps, config.pad_token_id or 0, prompt_shard)
-    source = np.arange(rows.rows) // rows.per * (len(layout.tables) // count)
-    source[rows.place] = layout.rows[np.repeat(np.arange(groups), n)]
+    pools, layout, source = flat.shard_layout(prompts, prompt_shard,
+                                              np.repeat(np.arange(groups), n), rows, ps,
+                                              segments * seg_pages, config.pad_token_id or 0)
     real = rows.real()
     own = np.full((rows.rows, (segments - 1) * seg_pages), NULL_PAGE, np.int32)
     fresh = np.full((rows.rows, seg_pages), NULL_PAGE, np.int32)
@@ -186,8 +182,7 @@ def _lower_sampler(run, params, lp: int) -> dict[str, jax.stages.Lowered]:
         sharding=run.act)
     hidden, cache = prefill.out_info
     # the pool as `sampling.shards.constrain_pool` leaves it: pages over the batch shards
-    pool = ("layers", "batch" if shards_lib.of(run.act).count > 1 else None, "kv_heads",
-            None, None)
+    pool = shards_lib.pool_axes(shards_lib.of(run.act))
     cache = jax.tree.map(lambda a: _abstract(a, NamedSharding(
         run.mesh, run.act.spec(pool, a.shape))), cache)
     positions = (layout.slots - layout.offsets[source] + position).astype(np.int32)

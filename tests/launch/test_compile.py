@@ -22,9 +22,9 @@ from launch import topology
 from rl.train import programs
 from tests import subprocess_env
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason="libtpu is not installed (pip install -e '.[tpu]'; "
-                                "make test installs it)")
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu is not installed (pip install -e '.[tpu]'; "
+                                  "make test installs it)")
 
 SLICE = "v5e-4"  # v5e:2x2, one host
 
@@ -73,6 +73,7 @@ def _tiny(tmp_path):
     return compile_lib.on_slice(cfg, slice_, str(tmp_path))
 
 
+@needs_libtpu
 @pytest.mark.slow
 def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     run_ = _tiny(tmp_path)
@@ -111,6 +112,7 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert kl["update"] == params and kl["decode"] == resident["decode"] + params
 
 
+@needs_libtpu
 @pytest.mark.slow
 def test_small_does_not_fit_a_tiny_hbm():
     out = subprocess.run(
@@ -147,3 +149,18 @@ def test_topology_names():
     assert (v5p.shape, v5p.chips, v5p.accelerator_type) == ("2x2x1", 4, "v5p-8")
     assert topology.parse("v4-32").shape == "2x2x4"
     assert topology.parse("v5e:2x4").chips == 8
+
+
+def test_without_libtpu_one_line_names_the_extra():
+    """libtpu hidden from the process (as where the `tpu` extra is not installed): exit 2
+    before any compile, one line naming the extra."""
+    code = ("import runpy, sys; sys.modules['libtpu'] = None; "
+            "sys.argv = ['launch.compile', '--config=configs/base.py:tiny', '--topology=v5e-4']; "
+            "runpy.run_module('launch.compile', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env.env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "error: launch.compile needs libtpu, which is not installed: pip install "
+        "'rlvr-jax[tpu]' (or pip install -e '.[tpu]' in a clone)"), out.stderr

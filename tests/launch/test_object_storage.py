@@ -229,3 +229,20 @@ def test_a_model_in_a_bucket_is_read_through_the_local_cache(gcs, tmp_path, monk
     assert paths.cached(uri) != copy and len(os.listdir(objects)) == 2
     with pytest.raises(FileNotFoundError, match=f"no files under gs://{BUCKET}/nothing"):
         paths.cached(f"gs://{BUCKET}/nothing")
+    # a download that fails half way (injected after its first object) raises, and leaves
+    # neither a copy nor a partial folder for a later call to take as the model
+    real = paths.download
+
+    def failing(path, local):
+        fs, bare = paths._fs(path)
+        first = sorted(fs.find(bare))[0]
+        fs.get_file(first, os.path.join(local, os.path.basename(first)))
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(paths, "download", failing)
+    paths.write_text(f"{uri}/notes.txt", "changed again")
+    with pytest.raises(OSError, match="connection reset"):
+        paths.cached(uri)
+    assert len(os.listdir(objects)) == 2
+    monkeypatch.setattr(paths, "download", real)
+    assert sorted(os.listdir(paths.cached(uri))) == sorted(os.listdir(local) + ["notes.txt"])

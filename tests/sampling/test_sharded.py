@@ -55,6 +55,14 @@ def test_sharded_samplers_equal_one_device(tiny, shape):
     many = generate(config, placed, prompts, 4, SP, jax.random.key(1), page_size=4,
                     segment_len=8, sharding=act)
     _same(many, one, config)
+    if shape == (2, 2, 2):  # 4 batch shards: one sample per prompt, no group of two
+        # rows: the dense-view decode, whose prefix mask reads each row's prompt offset
+        # (4 prompt lengths: 4 offsets) in its own shard's block of groups
+        one = generate(config, params, prompts, 1, SP, jax.random.key(3), page_size=4,
+                       segment_len=8)
+        many = generate(config, placed, prompts, 1, SP, jax.random.key(3), page_size=4,
+                        segment_len=8, sharding=act)
+        _same(many, one, config)
     one = tree_generate(config, params, prompts[:2], TREE, SP, jax.random.key(2))
     many = tree_generate(config, placed, prompts[:2], TREE, SP, jax.random.key(2),
                          sharding=act)
