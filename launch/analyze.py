@@ -32,12 +32,12 @@ from absl import flags
 
 from launch import runtime
 from launch.common import (
-    check_writable,
     default_config_path,
     define_config_flag,
     define_workdir_flag,
     run,
 )
+from launch.workdir import check_writable
 from models import extras, paths
 from rl.analysis import study as study_lib
 from rl.analysis.study import Settings

@@ -25,7 +25,6 @@ import json
 import logging as pylogging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +37,8 @@ import configs
 import models
 from configs import variants
 from launch import distributed, runtime
-from models import extras, multihost, paths
+from launch.workdir import check_writable, start_fresh
+from models import multihost, paths
 from rl.checkpoint import persistent
 from rl.checkpoint.agreement import PeerLost
 from rl.checkpoint.loop import RunStopped
@@ -247,26 +247,6 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     app.run(_stoppable(main), flags_parser=_flags_parser)
 
 
-# What a run writes in its workdir: `--fresh` deletes these (and nothing else).
-RUN_OUTPUTS = ("checkpoints", "sft_checkpoints", "metrics.jsonl", "sft_metrics.jsonl",
-               "tensorboard", "sft", "exports", "final", "progress.png")
-
-
-def start_fresh(workdir: str) -> list[str]:
-    """Deletes a previous run's outputs in `workdir` (`RUN_OUTPUTS`); returns them."""
-    removed = []
-    for name in RUN_OUTPUTS:
-        path = paths.join(workdir, name)
-        if paths.isdir(path):
-            paths.rmtree(path)
-        elif paths.exists(path):
-            paths.remove(path)
-        else:
-            continue
-        removed.append(name)
-    return removed
-
-
 def check_resume(run_, workdir: str, *, for_sft: bool) -> None:
     """Before any compute: refuses a config that cannot resume the workdir's
     checkpoints (raises CheckpointError naming the keys), and ends the program
@@ -329,44 +309,6 @@ def prepare(cfg, workdir: str, *, for_sft: bool = False, logs: bool = True,
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)
-
-
-def check_writable(workdir: str) -> None:
-    """ValueError (one line) when `workdir` is not a directory this process can create
-    and write files in: a local path, or a gs:// / s3:// URI (a missing bucket, no
-    credentials or a missing client package fail here, before any compute)."""
-    if paths.is_remote(workdir):
-        _check_remote(workdir)
-        return
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"--workdir {workdir} exists and is not a directory")
-    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
-    try:
-        os.makedirs(workdir, exist_ok=True)
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise ValueError(f"cannot write in --workdir {workdir}: {e.strerror or e}") from None
-
-
-def _check_remote(workdir: str) -> None:
-    """`check_writable` of an object-storage URI: writes, reads back and deletes a probe."""
-    if len(workdir.rstrip("/")) <= len("gs://") or paths.isfile(workdir):
-        raise ValueError(f"--workdir {workdir} is not a folder in a bucket "
-                         "(expected gs://BUCKET/PATH or s3://BUCKET/PATH)")
-    probe = paths.join(workdir, f".write_test.{socket.gethostname()}.{os.getpid()}")
-    try:
-        paths.write_text(probe, "ok")
-        if paths.read_text(probe) != "ok":
-            raise OSError("what was written does not read back")
-        paths.remove(probe)
-    except extras.MissingExtra:
-        raise
-    except Exception as e:  # noqa: BLE001 - each client raises its own kinds
-        cause = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ValueError(f"cannot write in --workdir {workdir}: {type(e).__name__}: "
-                         f"{cause}") from None
 
 
 def print_heldout(summary: dict) -> None:

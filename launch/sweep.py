@@ -49,7 +49,8 @@ import time
 
 from absl import app, flags
 
-from launch.common import check_writable, load_config_file
+from launch.common import load_config_file
+from launch.workdir import check_writable
 from models import extras, paths
 from rl import sweeps
 from rl.train import logs
