@@ -154,8 +154,8 @@ def embed_tokens(table: jax.Array, tokens: jax.Array,
     costs a whole [V, D] per device (1 GiB for a 152k × 3584 bf16 table) plus, with
     vocab whole, XLA's relayout copy of it, live through prefill and decode; left to
     itself (a bare `take`), GSPMD replicates and repartitions on a 2×2×2 mesh (its
-    "involuntary full rematerialization"). A `vocab` split (`tensor`) stays: XLA masks the rows each
-    vocab shard lacks and sums over `tensor`, exactly."""
+    "involuntary full rematerialization"). A `vocab` split (`tensor`) stays: XLA masks
+    the rows each vocab shard lacks and sums over `tensor`, exactly."""
     if sharding is None:
         return jnp.take(table, tokens, axis=0)
     spec = sharding.spec(("vocab", "embed"), table.shape)

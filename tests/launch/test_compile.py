@@ -119,8 +119,8 @@ def test_small_does_not_fit_a_tiny_hbm():
         [sys.executable, "-m", "launch.compile", "--config=configs/base.py:small",
          f"--topology={SLICE}", "--config.mesh.data=1", "--config.mesh.fsdp=4",
          "--config.train.prompts_per_step=4", "--config.sampling.n=2",
-         "--config.sampling.max_new_tokens=16", "--hbm_gib=0.01"], env=subprocess_env.env(), capture_output=True, text=True,
-        timeout=600)
+         "--config.sampling.max_new_tokens=16", "--hbm_gib=0.01"], env=subprocess_env.env(),
+        capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stderr[-2000:]
     head = out.stdout.splitlines()
     assert head[0].startswith(f"compiled for {SLICE} (v5e:2x2, 4 devices") and "small" in head[0]
