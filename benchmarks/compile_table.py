@@ -6,38 +6,35 @@ r"""The memory planner against XLA's compiled figures, per term, for TPU slices.
 
 For each row (model preset, slice, mesh) it resolves configs/base.py with the row's
 settings on the slice's devices (`launch.compile.on_slice`), plans the step
-(`rl.train.memory_plan.plan`, same prompt length) and compiles its programs
-(`launch.compile.compile_step`), then prints one markdown line per term:
+(`rl.train.memory_plan.plan`, same prompt length, the KV pages in TPU tiles) and compiles
+its programs (`launch.compile.compile_step`), then prints one markdown line per term; XLA's
+side of the last four is what `launch.plan --compiled` reads (`launch.compiled.phases`):
 
   state        planner params + optimizer   vs the update's aliased bytes (the donated
                                               TrainState: params, AdamW mu/nu, counters)
   update temps planner gradients + max(activations, update) vs the update's temps
-  kv pool      planner k/v pages            vs prefill's outputs (the pool + [R, D])  [KV]
+  kv pool      planner k/v pages            vs decode's aliased bytes (the donated pool) [KV]
   prefill      planner prefill              vs prefill's temps
   decode temps planner kv_pool - pages + decode_weights vs decode's temps         [KV]
 
 Rows marked [KV] move when the pool's sharding changes: re-run them after such a change
 (`--recompile=prefill,decode`). Each 7B row compiles for minutes on a 2-core machine, so
-each row's compiled figures are kept in `--cache` (one JSON file per row) and a re-run
-compiles only the programs missing there.
+each row's compiled figures are kept in `--cache` (one `launch.compile --save` file per
+row) and a re-run compiles only the programs missing there (all of them for a file of
+other settings).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 import tempfile
 
-import jax.numpy as jnp
-
 from configs import base
 from launch import compile as compile_lib
-from launch import topology
-from models.config import DTYPES
-from rl.train import memory_plan, programs
+from launch import compiled, topology
+from rl.train import memory_plan, memory_terms, programs
 
 # (preset, slice, mesh data/fsdp/tensor, prompts_per_step): bf16 params and compute,
 # remat full, 8 samples of 64 tokens per prompt, 64-token prompts
@@ -63,48 +60,35 @@ def config(preset: str, mesh: tuple[int, int, int], prompts: int):
     return cfg
 
 
-def pool_bytes(run, plan) -> int:
-    """The planner's k/v pages alone (its kv_pool term less the decode call's tails)."""
-    c = run.model_config
-    ps, pages = int(run.cfg.sampling.page_size), plan.shapes["kv_pages"]
-    axes = ("layers", "batch", "kv_heads", None, None)  # pages over the batch shards
-    sizes = dict(run.mesh.shape)
-    item = jnp.dtype(DTYPES[c.dtype]).itemsize
-    return 2 * memory_plan.shard_bytes((c.num_layers, pages, c.num_kv_heads, c.head_dim, ps),
-                                       axes, item, sizes, run.rules)
-
-
-def compare(run, plan, figures) -> dict[str, tuple[int, int | None]]:
-    """{term: (planner bytes, XLA bytes or None when XLA refused the program)}."""
-    def xla(name, field):
-        f = figures[name]
-        return None if isinstance(f, str) else getattr(f, field)
-
-    pool = pool_bytes(run, plan)
+def compare(run, plan, saved: compiled.Saved, path: str) -> dict[str, tuple[int, int]]:
+    """{term: (planner bytes, XLA bytes)}: the planner's terms against the figures that
+    `launch.plan --compiled` would read in their place (`launch.compiled.phases`)."""
+    xla = compiled.phases(saved, path)
+    pool = memory_terms.pool_bytes(run, dict(run.mesh.shape), plan.shapes["kv_pages"],
+                                   tpu_tiles=True)
     return {
-        "state": (plan.params + plan.optimizer, xla("update", "aliased")),
-        "update temps": (plan.learner, xla("update", "temps")),
-        "kv pool": (pool, xla("prefill", "outputs")),
-        "prefill": (plan.prefill, xla("prefill", "temps")),
-        "decode temps": (plan.kv_pool - pool + plan.decode_weights, xla("decode", "temps")),
+        "state": (plan.params + plan.optimizer, saved.programs["update"].aliased),
+        "update temps": (plan.learner, xla["learner"]),
+        "kv pool": (pool, xla["kv_pool"]),
+        "prefill": (plan.prefill, xla["prefill"]),
+        "decode temps": (plan.kv_pool - pool + plan.decode_weights, xla["decode"]),
     }
 
 
-def figures_of(run, path: str, recompile=()) -> dict:
-    """{program: Figures or str} of the row, compiling only those `path` (JSON) lacks or
-    `recompile` names; writes them back."""
+def figures_of(run, slice_, path: str, recompile=()) -> compiled.Saved:
+    """The row's `launch.compile --save` file at `path`, compiling only the programs it
+    lacks or `recompile` names (and all of them when it holds other settings)."""
     cached = {}
     if os.path.exists(path):
-        with open(path) as f:
-            cached = {k: v if isinstance(v, str) else compile_lib.Figures(**v)
-                      for k, v in json.load(f).items() if k not in recompile}
+        saved = compiled.load(path)
+        compiled.check(saved, run.cfg, path)
+        cached = {k: v for k, v in saved.programs.items() if k not in recompile}
     missing = [p for p in programs.PROGRAMS if p not in cached]
     if missing:
         cached |= compile_lib.compile_step(run, PROMPT_LEN, names=missing)
-        with open(path, "w") as f:
-            json.dump({k: v if isinstance(v, str) else dataclasses.asdict(v)
-                       for k, v in cached.items()}, f, indent=1)
-    return {p: cached[p] for p in programs.PROGRAMS}
+        compiled.save(path, run.cfg, slice_, run.mesh.size, PROMPT_LEN,
+                      {p: cached[p] for p in programs.PROGRAMS})
+    return compiled.load(path)
 
 
 def row(index: int, cache: str, recompile=(), prompts: int | None = None) -> list[str]:
@@ -114,18 +98,16 @@ def row(index: int, cache: str, recompile=(), prompts: int | None = None) -> lis
     topology.quiet_libtpu(slice_)
     with tempfile.TemporaryDirectory() as tmp:
         run = compile_lib.on_slice(config(preset, mesh, prompts), slice_, tmp)
-        plan = memory_plan.plan(run, prompt_len=PROMPT_LEN)
-        figures = figures_of(run, os.path.join(
-            cache, f"{preset}_{name}_{'x'.join(map(str, mesh))}_p{prompts}.json"), recompile)
+        plan = memory_plan.plan(run, prompt_len=PROMPT_LEN, tpu_tiles=True)
+        path = os.path.join(cache, f"{preset}_{name}_{'x'.join(map(str, mesh))}_p{prompts}.json")
+        saved = figures_of(run, slice_, path, recompile)
     kind = ("DP" if mesh[1] == mesh[2] == 1 else "FSDP" if mesh[2] == 1 else "FSDP×TP")
     lines = []
-    for term, (planned, compiled) in compare(run, plan, figures).items():
-        off = "refused" if compiled is None else (f"{planned / compiled - 1:+.0%}" if compiled
-                                                   else "n/a")
-        got = "—" if compiled is None else memory_plan.size(compiled)
+    for term, (planned, xla) in compare(run, plan, saved, path).items():
+        off = f"{planned / xla - 1:+.0%}" if xla else "n/a"
         lines.append(f"| {preset} | {name} | {kind} {'×'.join(map(str, mesh))} | {term}"
                      f"{' [KV]' if term in KV_TERMS else ''} | {memory_plan.size(planned)} | "
-                     f"{got} | {off} |")
+                     f"{memory_plan.size(xla)} | {off} |")
     return lines
 
 

@@ -19,7 +19,8 @@ minibatch (the update's scan over epochs × minibatches), one logits block
 (`train.logits_chunk`) and one decode step (the decode's while loop). So these three
 columns are per loop iteration, floors of a step's work, not its totals (a 28-layer
 model's update does about 28 times the layer work counted). Progress goes to stderr.
-Nothing runs on a device.
+Nothing runs on a device. `--save=FILE` also writes the figures with the settings they
+were compiled from, for `launch.plan --compiled=FILE` (launch/compiled.py).
 
 Exit status: 0 when every program's peak fits, 1 when one does not (the last line on
 stderr names each that does not and by how much: over the HBM, or refused by XLA's own
@@ -37,9 +38,12 @@ import time
 import jax
 from absl import flags, logging
 
+from launch import compiled as compiled_lib
 from launch import topology
 from launch.common import default_config_path, define_config_flag, run
-from models import extras, sharding
+from launch.compiled import Figures
+from launch.workdir import check_writable
+from models import extras, paths, sharding
 from rl.train import build, memory_plan, programs
 from rl.train.memory_plan import GiB, size
 
@@ -50,6 +54,9 @@ _TOPOLOGY = flags.DEFINE_string(
 _HBM = flags.DEFINE_float(
     "hbm_gib", None, "Check each program against this many GiB per device instead of the "
     "chip's HBM.", lower_bound=0)
+_SAVE = flags.DEFINE_string(
+    "save", None, "Also write the figures to this JSON file (local, gs:// or s3://), for "
+    "launch.plan --compiled (launch/compiled.py).")
 _PROMPT_LEN = flags.DEFINE_integer(
     "prompt_len", None, "Prompt tokens to compile for (default: the longest of the first "
     "256 train prompts, as launch.plan).", lower_bound=1)
@@ -57,34 +64,6 @@ _PROMPT_LEN = flags.DEFINE_integer(
 
 LOOP_NOTE = ("* XLA's cost analysis: each loop body counted once (one layer, one minibatch, "
              "one logits block, one decode step), not a step's total")
-
-
-@dataclasses.dataclass
-class Figures:
-    """One compiled program's figures per device (XLA's memory and cost analyses)."""
-
-    arguments: int
-    outputs: int
-    aliased: int
-    temps: int
-    flops: float
-    bytes_accessed: float
-
-    @property
-    def total(self) -> int:
-        return self.arguments + self.outputs - self.aliased + self.temps
-
-    @classmethod
-    def of(cls, compiled) -> Figures:
-        m, cost = compiled.memory_analysis(), compiled.cost_analysis() or {}
-        return cls(m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
-                   m.temp_size_in_bytes, float(cost.get("flops", 0.0)),
-                   float(cost.get("bytes accessed", 0.0)))
-
-    def bound(self, accelerator: str) -> float:
-        """Seconds: max(FLOPs / peak, bytes / HBM bandwidth) of one chip."""
-        peak, bandwidth = memory_plan.PEAKS[accelerator]
-        return max(self.flops / peak, self.bytes_accessed / bandwidth)
 
 
 def on_slice(cfg, slice_: topology.Slice, workdir: str):
@@ -165,6 +144,8 @@ def main(argv):
     try:
         slice_ = topology.parse(_TOPOLOGY.value or "")
         extras.check("libtpu", "tpu", "launch.compile")
+        if _SAVE.value:  # before minutes of compiling
+            check_writable(paths.dirname(_SAVE.value) or ".", "--save's folder")
         topology.quiet_libtpu(slice_)
         jax.config.update("jax_platforms", "cpu")  # compiles only: nothing runs on a TPU
         with tempfile.TemporaryDirectory() as tmp:  # the byte tokenizer, when one is made
@@ -177,8 +158,12 @@ def main(argv):
                   f"{cfg.model.hf_path or cfg.model.preset} ({mc.num_params() / 1e6:.1f}M "
                   f"params, {mc.param_dtype} params, {mc.dtype} compute, remat {mc.remat}); "
                   "mesh " + " ".join(f"{a}={n}" for a, n in run_.mesh.shape.items()), flush=True)
-            figures = compile_step(run_, _PROMPT_LEN.value)
+            lp = (_PROMPT_LEN.value if _PROMPT_LEN.value is not None
+                  else memory_plan.longest_prompt(run_))
+            figures = compile_step(run_, lp)
             resident = programs.resident(run_)
+            if _SAVE.value:
+                compiled_lib.save(_SAVE.value, run_.cfg, slice_, run_.mesh.size, lp, figures)
     except build.ERRORS as e:
         print(f"error: {build.message(e)}", file=sys.stderr)
         sys.exit(2)

@@ -28,15 +28,15 @@ def start_fresh(workdir: str) -> list[str]:
     return removed
 
 
-def check_writable(workdir: str) -> None:
-    """ValueError (one line) when `workdir` is not a directory this process can create
-    and write files in: a local path, or a gs:// / s3:// URI (a missing bucket, no
-    credentials or a missing client package fail here, before any compute)."""
+def check_writable(workdir: str, flag: str = "--workdir") -> None:
+    """ValueError (one line, naming `flag`) when `workdir` is not a directory this process
+    can create and write files in: a local path, or a gs:// / s3:// URI (a missing bucket,
+    no credentials or a missing client package fail here, before any compute)."""
     if paths.is_remote(workdir):
-        _check_remote(workdir)
+        _check_remote(workdir, flag)
         return
     if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"--workdir {workdir} exists and is not a directory")
+        raise ValueError(f"{flag} {workdir} exists and is not a directory")
     probe = os.path.join(workdir, f".write_test.{os.getpid()}")
     try:
         os.makedirs(workdir, exist_ok=True)
@@ -44,13 +44,13 @@ def check_writable(workdir: str) -> None:
             f.write("ok")
         os.remove(probe)
     except OSError as e:
-        raise ValueError(f"cannot write in --workdir {workdir}: {e.strerror or e}") from None
+        raise ValueError(f"cannot write in {flag} {workdir}: {e.strerror or e}") from None
 
 
-def _check_remote(workdir: str) -> None:
+def _check_remote(workdir: str, flag: str) -> None:
     """`check_writable` of an object-storage URI: writes, reads back and deletes a probe."""
     if len(workdir.rstrip("/")) <= len("gs://") or paths.isfile(workdir):
-        raise ValueError(f"--workdir {workdir} is not a folder in a bucket "
+        raise ValueError(f"{flag} {workdir} is not a folder in a bucket "
                          "(expected gs://BUCKET/PATH or s3://BUCKET/PATH)")
     probe = paths.join(workdir, f".write_test.{socket.gethostname()}.{os.getpid()}")
     try:
@@ -62,5 +62,5 @@ def _check_remote(workdir: str) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - each client raises its own kinds
         cause = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ValueError(f"cannot write in --workdir {workdir}: {type(e).__name__}: "
+        raise ValueError(f"cannot write in {flag} {workdir}: {type(e).__name__}: "
                          f"{cause}") from None

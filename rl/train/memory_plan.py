@@ -17,6 +17,12 @@ optimizer's update tree. So the total is the step's peak, not the sum of the ter
 Scoring (old/reference log-probs) is a forward pass of the learner's shapes without
 gradients: below the learner phase.
 
+For a TPU slice, what XLA decides by its own choices (which buffers share memory, which
+live in VMEM) is read from a compile where one exists (`launch.plan --compiled`,
+`Plan.with_compiled`): then sampler = kv pool + max(decode temps, prefill temps) and
+learner = update temps, XLA's figures per device (`COMPILED`), and the terms below are
+estimates beside them.
+
 Notation: L layers, D hidden, F mlp, H heads, K kv heads, Dh head dim, V vocab; b_p / b_c
 bytes per element of model.param_dtype / model.dtype. P prompts_per_step (sampler, flat:
 times rollout.over_provision with APRIL), n samples drawn per prompt, G the learner's group
@@ -35,7 +41,8 @@ device. Rows ("batch") split over data × fsdp, heads / kv heads / mlp / vocab o
                (`Algorithm.needs_reference`), else 0; 0 with rl.reference.offload (in host
                memory; on the devices only while it scores, next to no gradients).
   kv_pool      the largest sampling call's pool, k [L, pages, K, Dh, ps] + v [L, pages, K,
-               ps, Dh], b_c, pages over the s = data × fsdp batch shards (each shard holds
+               ps, Dh], b_c (`tpu_tiles`: in a TPU's tiles, `memory_terms.pool_bytes`),
+               pages over the s = data × fsdp batch shards (each shard holds
                its prompts' groups, their rows and their pages: `sampling.shards`) and kv
                heads over tensor, plus that decode call's tails k/v [L, R, K, Dh, W]
                (W = its steps; n = 1: the rows share nothing and the decode views their
@@ -134,6 +141,16 @@ PERSISTENT = ("params", "optimizer", "reference")
 SAMPLER = ("kv_pool", "decode_weights", "prefill")
 LEARNER = ("gradients", "activations", "update")
 PROMPTS_SCANNED = 256
+# XLA's figures that replace the planned terms where a compile gave them
+# (`Plan.with_compiled`: launch.plan --compiled): {key: (name, phase, what it is)}
+COMPILED = {
+    "kv_pool": ("kv pool", "sampler", "the decode's donated KV pages"),
+    "decode": ("decode temps", "sampler", "the decode's temporaries"),
+    "prefill": ("prefill temps", "sampler", "the prefill's temporaries"),
+    "learner": ("update temps", "learner", "the update's temporaries"),
+}
+ADVICE_OF = {"kv_pool": "kv_pool", "decode": "kv_pool", "prefill": "prefill",
+             "learner": "activations"}
 
 
 def mesh_sizes(section: Mapping, devices: int) -> dict[str, int]:
@@ -167,6 +184,17 @@ class Plan:
     update: int
     settings: dict = dataclasses.field(default_factory=dict)  # what the advice names
     shapes: dict = dataclasses.field(default_factory=dict)    # the sizes planned for
+    # XLA's figures ({COMPILED key: bytes}) that replace the sampler's and learner's terms,
+    # and where they come from (`with_compiled`); empty: every term is planned
+    compiled: dict = dataclasses.field(default_factory=dict)
+    compiled_from: str = ""
+
+    def with_compiled(self, figures: Mapping[str, int], source: str) -> Plan:
+        """This plan with XLA's figures for the phases ({COMPILED key: bytes per device},
+        `launch.compiled.phases`) in place of the planned sampler and learner terms."""
+        if set(figures) != set(COMPILED):
+            raise ValueError(f"compiled figures need {sorted(COMPILED)}, got {sorted(figures)}")
+        return dataclasses.replace(self, compiled=dict(figures), compiled_from=source)
 
     @property
     def persistent(self) -> int:
@@ -174,10 +202,15 @@ class Plan:
 
     @property
     def sampler(self) -> int:
+        c = self.compiled
+        if c:
+            return c["kv_pool"] + max(c["decode"], c["prefill"])
         return self.kv_pool + max(self.decode_weights, self.prefill)
 
     @property
     def learner(self) -> int:
+        if self.compiled:
+            return self.compiled["learner"]
         return self.gradients + max(self.activations, self.update)
 
     @property
@@ -185,27 +218,52 @@ class Plan:
         return self.persistent + max(self.sampler, self.learner)
 
     def peak_terms(self) -> tuple[str, ...]:
-        """The terms the total adds up."""
+        """The terms the total adds up (with compiled figures: their COMPILED keys)."""
+        c = self.compiled
+        if c:
+            if self.sampler > self.learner:
+                return PERSISTENT + ("kv_pool", "decode" if c["decode"] >= c["prefill"]
+                                     else "prefill")
+            return PERSISTENT + ("learner",)
         if self.sampler > self.learner:
             return PERSISTENT + ("kv_pool", "decode_weights" if self.decode_weights
                                  >= self.prefill else "prefill")
         return PERSISTENT + ("gradients", "activations" if self.activations >= self.update
                              else "update")
 
+    def _bytes(self, term: str) -> int:
+        """A term's bytes: XLA's where the plan has compiled figures, else planned."""
+        if self.compiled and term in COMPILED:
+            return self.compiled[term]
+        return getattr(self, term)
+
+    def _name(self, term: str) -> str:
+        return COMPILED[term][0] + " (compiled)" if self.compiled and term in COMPILED else term
+
     def format(self, accelerator: str | None = None) -> str:
-        """An aligned table: each term per device, its share of the total, its phase."""
+        """An aligned table: each term per device, its share of the total, its phase; with
+        compiled figures, the planned sampler and learner terms are shown as estimates
+        and XLA's figures below them make the total."""
         peak = self.peak_terms()
         phase = {**dict.fromkeys(PERSISTENT, "persistent"), **dict.fromkeys(SAMPLER, "sampler"),
                  **dict.fromkeys(LEARNER, "learner")}
         rows = [("term", "per device", "share", "phase")]
-        rows += [(t, size(getattr(self, t)), f"{getattr(self, t) / max(self.total, 1):.0%}",
-                  phase[t] + ("" if t in peak else " (not at the peak)"))
-                 for t in PERSISTENT + SAMPLER + LEARNER]
+        for t in PERSISTENT + SAMPLER + LEARNER:
+            note = ("" if t in peak else " (not at the peak)") if (
+                t in PERSISTENT or not self.compiled) else " (estimate; XLA's below)"
+            rows.append((t, size(getattr(self, t)),
+                         f"{getattr(self, t) / max(self.total, 1):.0%}", phase[t] + note))
+        for key, (name, ph, what) in COMPILED.items() if self.compiled else ():
+            rows.append((f"{name} (compiled)", size(self.compiled[key]),
+                         f"{self.compiled[key] / max(self.total, 1):.0%}",
+                         f"{ph}: {what}" + ("" if key in peak else " (not at the peak)")))
         rows.append(("total", size(self.total), "100%", f"persistent + max(sampler "
                      f"{size(self.sampler)}, learner {size(self.learner)})"))
         w = [max(len(r[i]) for r in rows) for i in range(3)]
         out = [f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}  {d}" for a, b, c, d in rows]
         out.append("planned for " + ", ".join(f"{k}={v}" for k, v in self.shapes.items()))
+        if self.compiled:
+            out.append(f"compiled figures: {self.compiled_from}")
         if accelerator is not None:
             cap = capacity(accelerator)
             out.append(f"{accelerator}: {size(cap)} per device; the step needs "
@@ -219,10 +277,11 @@ class Plan:
         cap = capacity(accelerator)
         if self.total <= cap:
             return
-        term = max(self.peak_terms(), key=lambda t: getattr(self, t))
+        term = max(self.peak_terms(), key=self._bytes)
         raise ValueError(f"the step needs {size(self.total)} per device but {accelerator} has "
-                         f"{size(cap)}; the largest term is {term} ({size(getattr(self, term))})"
-                         f": {advice(term, self.settings)}")
+                         f"{size(cap)}; the largest term is {self._name(term)} "
+                         f"({size(self._bytes(term))}): "
+                         f"{advice(ADVICE_OF.get(term, term), self.settings)}")
 
 
 def capacity(accelerator: str) -> int:
@@ -241,7 +300,7 @@ def capacity(accelerator: str) -> int:
 def preflight(run, accelerator: str = "local", *, stream=None) -> Plan:
     """For a run's start: prints the plan (to `stream`, default stdout) against
     `accelerator` and raises `check`'s one-line ValueError when the step cannot fit."""
-    result = plan(run)
+    result = plan(run, tpu_tiles=run.mesh.devices.flat[0].platform == "tpu")
     print(result.format(accelerator), file=stream if stream is not None else sys.stdout)
     result.check(accelerator)
     return result
@@ -274,10 +333,11 @@ def longest_prompt(run, count: int = PROMPTS_SCANNED) -> int:
 
 
 def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
-         prompt_len: int | None = None) -> Plan:
+         prompt_len: int | None = None, tpu_tiles: bool = False) -> Plan:
     """The step's memory per device (module docstring) for `run` (`rl.train.build.resolve`).
     `mesh_sizes` ({data, fsdp, tensor}) plans another mesh than `run.mesh`; `prompt_len`
-    replaces the scanned longest prompt."""
+    replaces the scanned longest prompt; `tpu_tiles` counts the KV pages as a TPU lays
+    them out (`memory_terms.pool_bytes`)."""
     cfg, c = run.cfg, run.model_config
     sizes, rules = dict(mesh_sizes if mesh_sizes is not None else run.mesh.shape), run.rules
     bp = jnp.dtype(DTYPES[c.param_dtype]).itemsize
@@ -288,7 +348,7 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
     reference = (params if run.algorithm.needs_reference and not cfg.rl.reference.offload
                  else 0)
     lp = prompt_len if prompt_len is not None else longest_prompt(run)
-    kv_pool, decode_weights, prefill, sampler_shapes = sampler_terms(run, sizes, lp)
+    kv_pool, decode_weights, prefill, sampler_shapes = sampler_terms(run, sizes, lp, tpu_tiles)
     activations, learner_shapes = learner_terms(run, sizes, lp)
     sp, big_p = run.sampling_params, int(cfg.train.prompts_per_step)
     settings = dict(sizes, remat=c.remat, minibatches=int(cfg.train.minibatches),

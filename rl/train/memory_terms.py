@@ -2,7 +2,8 @@
 (`rl.train.memory_plan`'s docstring gives them in full; `plan` adds them up).
 
     shard_bytes(shape, axes, itemsize, sizes, rules)   one tensor's bytes per device
-    sampler_terms(run, sizes, lp) -> (kv_pool, decode_weights, prefill, shapes)
+    pool_bytes(run, sizes, pages, tpu_tiles)           the k and v pages per device
+    sampler_terms(run, sizes, lp, tpu_tiles) -> (kv_pool, decode_weights, prefill, shapes)
     learner_terms(run, sizes, lp) -> (activations, shapes)
 """
 
@@ -102,8 +103,30 @@ def layer_at_use(run, sizes: Mapping[str, int]) -> int:
     return gathered + cast
 
 
-def sampler_terms(run, sizes: Mapping[str, int], lp: int):
-    """(kv_pool, decode_weights, prefill, shapes) of the largest sampling call."""
+def pool_bytes(run, sizes: Mapping[str, int], pages: int, tpu_tiles: bool = False) -> int:
+    """Bytes per device of the k [L, pages, K, Dh, ps] and v [L, pages, K, ps, Dh] pages,
+    pages over the batch shards and kv heads over tensor. `tpu_tiles`: as a TPU stores
+    them, in (8·4/itemsize, 128) tiles over the two minor dims of the layout XLA picks:
+    the page and head dims (ps, Dh) minor, or the pages minor with Dh second, whichever
+    pads less (compiled for v5e-8 and v5p-8: qwen2.5-0.5b's Dh = 64 pools take the pages
+    minor, 73 pages on 128 lanes; the Dh = 128 pools of the 7B/8B rows are dense)."""
+    c = run.model_config
+    item = jnp.dtype(DTYPES[c.dtype]).itemsize
+    ps, shape = int(run.cfg.sampling.page_size), (c.num_layers, pages, c.num_kv_heads)
+    n_l, n_p, n_k = (d // f for d, f in zip(shape, split(("layers", "batch", "kv_heads"),
+                                                          shape, sizes, run.rules)))
+    dh = c.head_dim
+    if tpu_tiles:
+        sub, up = 8 * 4 // item, lambda x, m: -(-x // m) * m  # noqa: E731
+        per_head = min(n_p * up(ps, sub) * up(dh, 128), up(n_p, 128) * ps * up(dh, sub))
+    else:
+        per_head = n_p * ps * dh
+    return 2 * n_l * n_k * per_head * item
+
+
+def sampler_terms(run, sizes: Mapping[str, int], lp: int, tpu_tiles: bool = False):
+    """(kv_pool, decode_weights, prefill, shapes) of the largest sampling call;
+    `tpu_tiles`: the pages as a TPU lays them out (`pool_bytes`)."""
     cfg, c = run.cfg, run.model_config
     X, layer_w, bp, bc = _bytes(run, sizes)
     L, D, F, H, K, Dh, V = (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads,
@@ -130,8 +153,7 @@ def sampler_terms(run, sizes: Mapping[str, int], lp: int):
         pages = d * (1 + pow2(mine) * pp + rows // d * gp)
         width = seg if n > 1 else (pp + gp) * ps  # n = 1: a dense view of every page
     kv = ("layers", "batch", "kv_heads", None, None)  # pages and rows over the batch axes
-    kv_pool = (X((L, pages, K, Dh, ps), kv) + X((L, pages, K, ps, Dh), kv)
-               + 2 * X((L, rows, K, Dh, width), kv)
+    kv_pool = (pool_bytes(run, sizes, pages, tpu_tiles) + 2 * X((L, rows, K, Dh, width), kv)
                + 2 * X((L, rows, K, Dh), ("layers", "batch", "kv_heads", None))
                + 2 * X((rows, V), ("batch", "vocab"), 4))
     # the head is read after the last layer: XLA reuses the layer's gathered buffers for it

@@ -18,8 +18,9 @@ import pytest
 
 from configs import base
 from launch import compile as compile_lib
-from launch import topology
+from launch import compiled, topology
 from rl.train import programs
+from rl.train.memory_plan import size
 from tests import subprocess_env
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
@@ -112,14 +113,20 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert kl["update"] == params and kl["decode"] == resident["decode"] + params
 
 
+SMALL = ["--config=configs/base.py:small", "--config.mesh.data=1", "--config.mesh.fsdp=4",
+         "--config.train.prompts_per_step=4", "--config.sampling.n=2",
+         "--config.sampling.max_new_tokens=16"]
+
+
 @needs_libtpu
 @pytest.mark.slow
-def test_small_does_not_fit_a_tiny_hbm():
+def test_small_does_not_fit_a_tiny_hbm_and_plans_from_its_figures(tmp_path):
+    """launch.compile exits 1 naming the update; its --save file then gives launch.plan
+    XLA's figures for the same settings (on the slice's 4 devices and chip)."""
+    saved = str(tmp_path / "small.json")
     out = subprocess.run(
-        [sys.executable, "-m", "launch.compile", "--config=configs/base.py:small",
-         f"--topology={SLICE}", "--config.mesh.data=1", "--config.mesh.fsdp=4",
-         "--config.train.prompts_per_step=4", "--config.sampling.n=2",
-         "--config.sampling.max_new_tokens=16", "--hbm_gib=0.01"], env=subprocess_env.env(),
+        [sys.executable, "-m", "launch.compile", *SMALL, f"--topology={SLICE}",
+         "--hbm_gib=0.01", f"--save={saved}"], env=subprocess_env.env(),
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stderr[-2000:]
     head = out.stdout.splitlines()
@@ -130,6 +137,33 @@ def test_small_does_not_fit_a_tiny_hbm():
     assert last.startswith(f"error: does not fit {SLICE}: update needs ") and "more than" in last
     assert not [line for line in out.stderr.splitlines()
                 if "TPU_" in line or "INVALID_ARGUMENT" in line], out.stderr  # libtpu quiet
+    figures = compiled.load(saved).programs
+    plan = subprocess.run([sys.executable, "-m", "launch.plan", *SMALL, f"--compiled={saved}"],
+                          env=subprocess_env.env(), capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    lines = plan.stdout.splitlines()
+    assert " on 4 device(s)" in lines[0]
+    for name, figure in (("kv pool", figures["decode"].aliased),
+                         ("decode temps", figures["decode"].temps),
+                         ("prefill temps", figures["prefill"].temps),
+                         ("update temps", figures["update"].temps)):
+        assert [line for line in lines if line.startswith(f"{name} (compiled) ")
+                and f" {size(figure)} " in line], (name, plan.stdout)
+    assert lines[-2] == f"compiled figures: launch.compile for {SLICE} ({saved})"
+    assert lines[-1].startswith("tpu-v5e: 16.00 GiB per device;") and lines[-1].endswith("fits")
+
+
+@needs_libtpu
+def test_save_to_a_folder_that_cannot_be_written_fails_before_compiling(tmp_path):
+    (tmp_path / "file").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.compile", *SMALL, f"--topology={SLICE}",
+         f"--save={tmp_path}/file/small.json"], env=subprocess_env.env(),
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: --save's folder {tmp_path}/file exists and is not a directory")
+    assert "compiling" not in out.stderr
 
 
 def test_bad_topology():

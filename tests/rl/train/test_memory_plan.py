@@ -244,6 +244,29 @@ def test_check_names_the_largest_term_and_its_setting(workdir):
         plan.check("tpu-v9")
 
 
+def test_compiled_figures_replace_the_sampler_and_learner(workdir):
+    """`with_compiled` (launch.plan --compiled): sampler = pool + max(decode, prefill
+    temps) and learner = update temps, XLA's; the state stays planned."""
+    plan = memory_plan.plan(make_run(workdir, "small"), prompt_len=40)
+    xla = dict(kv_pool=3 * memory_plan.MiB, decode=5 * memory_plan.MiB,
+               prefill=7 * memory_plan.MiB, learner=9 * memory_plan.MiB)
+    got = plan.with_compiled(xla, "launch.compile for v5e-4 (f.json)")
+    assert got.sampler == 10 * memory_plan.MiB and got.learner == 9 * memory_plan.MiB
+    assert got.total == plan.persistent + 10 * memory_plan.MiB
+    assert got.peak_terms() == memory_plan.PERSISTENT + ("kv_pool", "prefill")
+    table = got.format("tpu-v5e")
+    assert re.search(r"^prefill temps \(compiled\) +7\.0 MiB .*sampler", table, re.M), table
+    assert re.search(r"^update temps \(compiled\) .*\(not at the peak\)$", table, re.M)
+    assert re.search(r"^activations .*\(estimate; XLA's below\)$", table, re.M)
+    assert "compiled figures: launch.compile for v5e-4 (f.json)" in table
+    big = got.with_compiled(dict(xla, learner=20 * memory_plan.GiB), "x")
+    with pytest.raises(ValueError, match=r"largest term is update temps \(compiled\) "
+                                         r"\(20\.00 GiB\): .*train.minibatches"):
+        big.check("tpu-v5e")
+    with pytest.raises(ValueError, match="compiled figures need"):
+        plan.with_compiled(dict(learner=1), "x")
+
+
 def test_preflight_prints_the_plan_and_refuses_a_step_that_cannot_fit(workdir, capsys):
     plan = memory_plan.preflight(make_run(workdir), "local")
     out = capsys.readouterr().out
