@@ -41,7 +41,6 @@ from tests.launch.test_resume import (  # noqa: F401 - `straight` is a fixture
     ok,
     straight,
 )
-from tests.launch.test_sweep import _children
 from tests.storage_emulator import BUCKET
 
 SWEEP = os.path.join(ROOT, "tests", "launch", "sweep_config.py")
@@ -113,12 +112,29 @@ def sweep(gcs, workdir, *args, env=None):
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
 def test_a_sweep_in_a_bucket_killed_resumes_from_it_and_ends_as_the_local_sweep(gcs, tmp_path):
     """tests/launch/sweep_config.py:sft (2 runs × 2 steps, one shared 2-step warm start)
-    locally, then into gs://: killed (SIGKILL, the sweep and its run) once the second
-    run has a committed checkpoint in the bucket, rerun: the same results."""
+    locally (its outputs: results.md, results.csv, curves.png), then into gs://: killed
+    (SIGKILL, the sweep and its run) once the second run has a committed checkpoint in
+    the bucket, rerun: only the unfinished run again, and the same results. (The suite's
+    one killed sweep: a local kill differs only in the path layer, which
+    tests/rl/checkpoint/test_object_storage.py and test_resume.py cover.)"""
     local = tmp_path / "local"
-    ok(sweep(gcs, local))
+    assert "2 runs, 0 finished (skipped), 2 to run" in ok(sweep(gcs, local)).stdout
+    results = (local / "results.md").read_text()
+    assert "| slow | 1 |" in results and "| fast | 1 |" in results
+    assert "| group | runs | learner/entropy | frac_reward_zero_std |" in results
+    rows = (local / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("name,group,steps,heldout_start") and len(rows) == 3
+    assert (local / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     remote = f"gs://{BUCKET}/sweep"
     # the killed sweep's default staging folder (a temporary one) and the warm start's
     # lock go to TMPDIR: here, under tmp_path
@@ -136,9 +152,11 @@ def test_a_sweep_in_a_bucket_killed_resumes_from_it_and_ends_as_the_local_sweep(
     proc.wait()
     assert paths.exists(f"{remote}/runs/slow-s7/DONE")
     assert not paths.exists(f"{remote}/runs/fast-s7/DONE")
+    finished = paths.read_text(f"{remote}/runs/slow-s7/metrics.jsonl")
 
     out = ok(sweep(gcs, remote, f"--staging={tmp_path / 'staging'}")).stdout
     assert "2 runs, 1 finished (skipped), 1 to run" in out and "slow-s7" not in out
+    assert paths.read_text(f"{remote}/runs/slow-s7/metrics.jsonl") == finished  # untouched
     assert f"uploaded to {remote}/runs/<name>/train.log" in out
     log = paths.read_text(f"{remote}/runs/fast-s7/train.log")
     assert log == (tmp_path / "staging" / "runs" / "fast-s7" / "train.log").read_text()

@@ -1,16 +1,15 @@
-"""launch.sweep: runs a sweep file's runs, survives being killed, emits launch commands.
+"""launch.sweep: runs a sweep file's runs, emits launch commands.
 
 Each run is 2 steps of tests/launch/sweep_config.py (the suite's very small model) in its
-own `launch.train` process.
+own `launch.train` process. A sweep killed and rerun (only its unfinished run again, the
+same results): tests/launch/test_object_storage.py, in a bucket.
 """
 
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -38,52 +37,6 @@ def sweep(workdir, *args, timeout=600) -> subprocess.CompletedProcess:
 def ok(result):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-
-
-def test_a_killed_sweep_reruns_only_unfinished_runs_and_ends_the_same(tmp_path):
-    straight = tmp_path / "straight"
-    out = ok(sweep(straight)).stdout
-    assert "2 runs, 0 finished (skipped), 2 to run" in out
-    results = (straight / "results.md").read_text()
-    assert "| slow | 1 |" in results and "| fast | 1 |" in results
-    assert "| group | runs | learner/entropy | frac_reward_zero_std |" in results
-    rows = (straight / "results.csv").read_text().splitlines()
-    assert rows[0].startswith("name,group,steps,heldout_start") and len(rows) == 3
-    assert (straight / "curves.png").stat().st_size > 0
-
-    # killed (SIGKILL, the sweep and its run) once the second run has a checkpoint
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
-                             f"--workdir={killed}"], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = killed / "runs" / "fast-s7" / "checkpoints" / "1"
-    deadline = time.monotonic() + 600
-    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    for pid in [*_children(proc.pid), proc.pid]:
-        os.kill(pid, signal.SIGKILL)
-    proc.wait()
-    assert (killed / "runs" / "slow-s7" / "DONE").exists()
-    assert not (killed / "runs" / "fast-s7" / "DONE").exists()
-    first_log = killed / "runs" / "slow-s7" / "metrics.jsonl"
-    before = first_log.stat().st_mtime_ns
-
-    out = ok(sweep(killed)).stdout
-    assert "2 runs, 1 finished (skipped), 1 to run" in out and "slow-s7" not in out
-    assert first_log.stat().st_mtime_ns == before  # the finished run was not touched
-    # resumed from its checkpoint (or, had it reached its end before the kill, found
-    # finished): either way the run is not started over
-    log = (killed / "runs" / "fast-s7" / "train.log").read_text()
-    assert "resumed from checkpoint step" in log or "is finished" in log, log[-3000:]
-    assert (killed / "results.md").read_text() == results
 
 
 def test_dry_run_prints_one_runnable_command_per_run(tmp_path):
