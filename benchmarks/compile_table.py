@@ -8,7 +8,8 @@ For each row (model preset, slice, mesh) it resolves configs/base.py with the ro
 settings on the slice's devices (`launch.compile.on_slice`), plans the step
 (`rl.train.memory_plan.plan`, same prompt length, the KV pages in TPU tiles) and compiles
 its programs (`launch.compile.compile_step`), then prints one markdown line per term; XLA's
-side of the last four is what `launch.plan --compiled` reads (`launch.compiled.phases`):
+side of the last four is what `launch.plan --compiled` reads (`launch.compiled.phases`,
+the last column: whose figure it reports for the term):
 
   state        planner params + optimizer   vs the update's aliased bytes (the donated
                                               TrainState: params, AdamW mu/nu, counters)
@@ -105,9 +106,10 @@ def row(index: int, cache: str, recompile=(), prompts: int | None = None) -> lis
     lines = []
     for term, (planned, xla) in compare(run, plan, saved, path).items():
         off = f"{planned / xla - 1:+.0%}" if xla else "n/a"
+        used = "planner" if term == "state" else "XLA's"
         lines.append(f"| {preset} | {name} | {kind} {'×'.join(map(str, mesh))} | {term}"
                      f"{' [KV]' if term in KV_TERMS else ''} | {memory_plan.size(planned)} | "
-                     f"{memory_plan.size(xla)} | {off} |")
+                     f"{memory_plan.size(xla)} | {off} | {used} |")
     return lines
 
 
@@ -125,8 +127,8 @@ def main() -> None:
     os.makedirs(args.cache, exist_ok=True)
     import jax  # noqa: PLC0415 - after the flags: a bad flag costs no backend
     jax.config.update("jax_platforms", "cpu")
-    out = ["| model | slice | mesh (data×fsdp×tensor) | term | planner | XLA | planner off |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | slice | mesh (data×fsdp×tensor) | term | planner | XLA | planner off "
+           "| `launch.plan --compiled` reports |", "|---|---|---|---|---|---|---|---|"]
     for index in (int(i) for i in args.rows.split(",")):
         out += row(index, args.cache, tuple(filter(None, args.recompile.split(","))),
                    args.prompts)
