@@ -79,17 +79,20 @@ def compare(run, plan, saved: compiled.Saved, path: str) -> dict[str, tuple[int,
 def figures_of(run, slice_, path: str, recompile=()) -> compiled.Saved:
     """The row's `launch.compile --save` file at `path`, compiling only the programs it
     lacks or `recompile` names (and all of them when it holds other settings)."""
-    cached = {}
+    saved, cached = None, {}
     if os.path.exists(path):
         saved = compiled.load(path)
-        compiled.check(saved, run.cfg, path)
-        cached = {k: v for k, v in saved.programs.items() if k not in recompile}
+        try:
+            compiled.check(saved, run.cfg, path)
+            cached = {k: v for k, v in saved.programs.items() if k not in recompile}
+        except ValueError as e:
+            print(f"{e}: compiling again", file=sys.stderr)
     missing = [p for p in programs.PROGRAMS if p not in cached]
-    if missing:
-        cached |= compile_lib.compile_step(run, PROMPT_LEN, names=missing)
-        compiled.save(path, run.cfg, slice_, run.mesh.size, PROMPT_LEN,
-                      {p: cached[p] for p in programs.PROGRAMS})
-    return compiled.load(path)
+    if not missing:
+        return saved
+    cached |= compile_lib.compile_step(run, PROMPT_LEN, names=missing)
+    return compiled.save(path, run.cfg, slice_, run.mesh.size, PROMPT_LEN,
+                         {p: cached[p] for p in programs.PROGRAMS})
 
 
 def row(index: int, cache: str, recompile=(), prompts: int | None = None) -> list[str]:

@@ -41,7 +41,6 @@ from absl import flags, logging
 from launch import compiled as compiled_lib
 from launch import topology
 from launch.common import default_config_path, define_config_flag, run
-from launch.compiled import Figures
 from launch.workdir import check_writable
 from models import extras, paths, sharding
 from rl.train import build, memory_plan, programs
@@ -92,7 +91,7 @@ def compile_step(run_, prompt_len: int | None = None, stream=sys.stderr,
     for name, lowered in programs.lower_step(run_, prompt_len, names).items():
         print(f"compiling {name} ...", file=stream, flush=True)
         try:
-            out[name] = Figures.of(lowered.compile())
+            out[name] = compiled_lib.Figures.of(lowered.compile())
         except jax.errors.JaxRuntimeError as e:
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise

@@ -85,16 +85,16 @@ def settings(cfg) -> dict[str, str]:
     return out
 
 
-def save(path: str, cfg, slice_, devices: int, prompt_len: int, programs: dict) -> None:
-    """Writes `Saved` as JSON to `path` (atomically: a reader never sees half of it),
-    creating its folder."""
+def save(path: str, cfg, slice_, devices: int, prompt_len: int, programs: dict) -> Saved:
+    """Writes the `Saved` it returns as JSON to `path` (atomically: a reader never sees
+    half of it), creating its folder."""
     if paths.dirname(path):
         paths.makedirs(paths.dirname(path))
-    body = dict(version=VERSION, slice=slice_.name, accelerator=slice_.accelerator,
-                devices=devices, prompt_len=prompt_len, settings=settings(cfg),
-                programs={k: v if isinstance(v, str) else dataclasses.asdict(v)
-                          for k, v in programs.items()})
+    saved = Saved(slice_.name, slice_.accelerator, devices, prompt_len, settings(cfg),
+                  dict(programs))
+    body = dict(version=VERSION, **dataclasses.asdict(saved))  # Figures become dicts
     paths.write_text(path, json.dumps(body, indent=1), atomic=True)
+    return saved
 
 
 def load(path: str) -> Saved:

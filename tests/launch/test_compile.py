@@ -81,8 +81,8 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert run_.mesh.size == 4 and run_.mesh.devices.flat[0].platform == "tpu"
     lowered = programs.lower_step(run_, prompt_len=20)
     assert list(lowered) == list(programs.PROGRAMS)
-    compiled = {name: low.compile() for name, low in lowered.items()}
-    figures = {name: compile_lib.Figures.of(c) for name, c in compiled.items()}
+    executables = {name: low.compile() for name, low in lowered.items()}
+    figures = {name: compiled.Figures.of(c) for name, c in executables.items()}
     for name, f in figures.items():
         assert f.arguments > 0 and f.total > 0 and f.flops > 0 and f.bytes_accessed > 0, name
     # the update's arguments are exactly the state's and batch's shards as the program
@@ -92,7 +92,7 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert not learner.kl_in_loss
     state = programs.abstract_state(run_, learner)
     batch = programs.abstract_batch(run_, learner, 20)
-    formats = jax.tree.leaves(compiled["update"].input_formats[0])
+    formats = jax.tree.leaves(executables["update"].input_formats[0])
     leaves = jax.tree_util.tree_leaves_with_path((state, batch))
     expected = [0 if "ref_logp" in jax.tree_util.keystr(path) else _shard_bytes(x, f.layout)
                 for (path, x), f in zip(leaves, formats, strict=True)]
