@@ -75,7 +75,8 @@ numbers), so each base case appears in 1-3 templates; a rotating list of generic
 reasoning sentences precedes the answer.  The template never decides the label.  The
 delimiter category uses its own ``\\(..\\)`` / ``\\[..\\]`` / ``$$..$$`` templates.
 Extraction, truncation, hedging, no-answer and adversarial cases are written out (or, for
-the very long adversarial strings, built by string multiplication).  Nothing is random.
+the very long adversarial strings, built by string multiplication: math_adversarial.py).
+Nothing is random.
 
 Left out as ambiguous: ``0.5`` vs ``50\\%``; ``0.333``/``1.38``/``3.14``/``1.57`` style
 roundings of exact values; radians vs degrees (``\\frac{\\pi}{6}`` vs ``30^\\circ``); a
@@ -94,6 +95,7 @@ import collections
 import dataclasses
 import re
 
+from tests.rl.rewards.math_adversarial import adversarial
 from tests.rl.rewards.math_cases import (
     CURRENCY_UNITS_PERCENT,
     DECIMAL_FRACTION,
@@ -251,73 +253,6 @@ def _fill(form: str, reason: str, ans: str) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Adversarial cases: all labelled False.  Long strings are built by code.
-# --------------------------------------------------------------------------------------
-
-
-def _box(s: str) -> str:
-    return "\\boxed{" + s + "}"
-
-
-def _adversarial() -> list[tuple[str, str]]:
-    items = [
-        ("5", _box("9^{9^{9^{9}}}")),
-        ("4", _box("2^{2^{2^{2^{2^{2}}}}}")),
-        ("2", _box("{" * 5000 + "1" + "}" * 5000)),
-        ("7", _box("(" * 5000 + "1" + ")" * 5000)),
-        ("3", _box("\\left(" * 2000 + "2" + "\\right)" * 2000)),
-        ("6", "\\boxed{" * 5000 + "5" + "}" * 5000),
-        ("5", _box("{" * 5000)),
-        ("5", _box("x^{" * 3000 + "2" + "}" * 3000)),
-        ("5", _box("1+" * 150_000 + "1")),  # about 300 KB
-        ("5", "Let me think. " * 22_000 + _box("4")),  # about 300 KB of text
-        ("5", _box("a" * 300_000)),
-        (r"\frac{1}{3}", _box("0." + "3" * 100_000)),
-        ("5", _box("6\x00")),
-        ("5", _box("\x00" * 64)),
-        ("12", "The answer is $\\boxed{1\x002\x003}$."),
-        ("5", _box("\\def\\a{\\a\\a}\\a")),
-        ("5", "\\def\\a{\\a\\a}\\a Therefore, the final answer is $" + _box("\\a") + "$."),
-        ("5", _box("\\newcommand{\\x}{\\x}\\x")),
-        (r"\frac{1}{2}", _box("\\renewcommand{\\frac}[2]{#2}\\frac{1}{2}")),
-        ("5", _box("__import__('os').system('ls')")),
-        ("5", _box("eval('2+3')")),
-        ("0", _box("__import__('os').system('echo pwned')")),
-        ("5", _box("exec(\"import os; os.system('ls')\")")),
-        ("5", _box("().__class__.__base__.__subclasses__()")),
-        ("5", _box("\\input{/etc/passwd}")),
-        ("5", _box("\\include{/etc/shadow}")),
-        ("5", _box("\\immediate\\write18{ls}")),
-        ("5", _box("(10^{10})!")),
-        ("5", _box("(10^{100})! - (10^{100})! + 6")),
-        ("10^{20000}", _box("1" + "0" * 19_999 + "1")),  # 10^20000 + 1
-        ("10^{20000}", _box("9" * 20_000)),  # 10^20000 - 1
-        ("2^{64}", _box("18446744073709551617")),  # 2^64 + 1
-        ("5", _box("9" * 50_000)),
-        ("5", _box("5^{999999999999}")),
-        ("5", _box("5!")),
-        ("5", _box("5.000000000000000000001")),
-        ("5", _box("5+10^{-10^{10}}")),
-        ("5", _box("5 \\times 10^{10^{10}}")),
-        ("1", _box("0.99999999999999999999999")),
-        (r"\frac{1}{2}", _box("\\frac{1}{2}+10^{-30}")),
-        (r"\frac{1}{2}", _box("\\left(\\frac{1}{2}\\right)^{10^{100}}")),
-        ("5", _box("1e999999")),
-        ("5", _box("\\sum_{n=1}^{10^{12}} n")),
-        ("0", _box("\\frac{0}{0}")),
-        ("1", _box("\\infty - \\infty + 1")),
-        ("12", "Reading the digits in reverse order, the answer is \u202e21."),
-    ]
-    prefixes = ("Therefore, the final answer is $", "So the answer is $", "Answer: $")
-    out = []
-    for i, (gold, body) in enumerate(items):
-        if body.startswith("\\boxed{"):
-            body = prefixes[i % len(prefixes)] + body + "$" + ("." if i % 3 == 0 else "")
-        out.append((gold, body))
-    return out
-
-
-# --------------------------------------------------------------------------------------
 # Builder
 # --------------------------------------------------------------------------------------
 
@@ -394,7 +329,7 @@ def _build() -> tuple[Pair, ...]:
         for gold, completion, label in rows:
             pairs.append(Pair(cat, gold, completion, label))
 
-    for gold, completion in _adversarial():
+    for gold, completion in adversarial():
         pairs.append(Pair("adversarial", gold, completion, False, adversarial=True))
     return tuple(pairs)
 
