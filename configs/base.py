@@ -66,6 +66,10 @@ def mesh_section() -> ml_collections.ConfigDict:
     mesh.data = -1   # data-parallel axis size; one axis may be -1 (= the remaining devices)
     mesh.fsdp = 1    # fully-sharded data-parallel axis size
     mesh.tensor = 1  # tensor-parallel axis size (heads, mlp, vocab)
+    # rollout.mode one_step_off / async: this many devices (the same number from each
+    # process) run the sampler on a mesh of their own (data over them, tensor as above),
+    # the rest the learner's mesh above; 0 = the sampler shares the learner's devices
+    mesh.rollout_devices = 0
     # rules.<logical axis>: the mesh axes it is split over, for batch, length, embed,
     # mlp, heads, kv_heads, head_dim, vocab, layers, norm ("" = replicated)
     mesh.rules = ml_collections.ConfigDict(dict(DEFAULT_SHARDING_RULES))
@@ -81,16 +85,33 @@ def rl_section() -> ml_collections.ConfigDict:
                             scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool,
                             level=str)
     rl.advantage.name = "grpo"
-    # loss.name: the policy loss (ppo, gspo, gspo_token, nsr, cispo). Common to every
-    # loss: agg (aggregation mode), norm_length (constant length of dr_grpo's token
-    # sums), tis_cap / tis_mode (truncated importance sampling against the sampler's
-    # log-probs), entropy_coef. The loss's own: eps_low, eps_high, dual_clip,
-    # delta_low, delta_high, keep_prob, mode
-    rl.loss = _options(agg=str, norm_length=float, tis_cap=float, tis_mode=str,
-                       eps_low=float, eps_high=float, dual_clip=float, delta_low=float,
-                       delta_high=float, keep_prob=float, mode=str)
+    # loss.name: the policy loss (ppo, gspo, gspo_token, nsr, cispo, bapo). Common to
+    # every loss: agg (aggregation mode), norm_length (constant length of dr_grpo's
+    # token sums), entropy_coef. The loss's own: eps_low, eps_high, dual_clip,
+    # delta_low, delta_high, keep_prob, mode; bapo's: target (positive share of the
+    # loss, 0.4), low_start / low_max / low_step (c_low: 0.6 to 0.9 by 0.02),
+    # high_start / high_max / high_step (c_high: 1.2 to 3.0 by 0.05), dual_clip (3.0),
+    # order (low_first | high_first), measure (code | paper)
+    rl.loss = _options(agg=str, norm_length=float, eps_low=float, eps_high=float,
+                       dual_clip=float, delta_low=float, delta_high=float, keep_prob=float,
+                       mode=str, target=float, low_start=float, low_max=float,
+                       low_step=float, high_start=float, high_max=float, high_step=float,
+                       order=str, measure=str)
     rl.loss.name = "ppo"
     rl.loss.entropy_coef = 0.0  # weight of an entropy bonus in the loss (0 = none)
+    # the behaviour weight π_old/π_behav against the sampler's log-probs (decoupled
+    # PPO; docs/algorithms.md, "Off-policy correction")
+    rl.off_policy = ml_collections.ConfigDict()
+    # "" (off) | tis (truncate the weight to [floor, cap]) | mis (drop the tokens, or
+    # rows, whose weight is outside [floor, cap]); None = set by the rollout mode
+    # (tis for asynchronous rollouts, off otherwise)
+    rl.off_policy.correction = config_dict.placeholder(str)
+    # token (per-token weight) | sequence (exp of the row's summed log-ratio) |
+    # geometric (exp of the row's mean log-ratio)
+    rl.off_policy.level = "token"
+    rl.off_policy.cap = 2.0  # upper bound C of the weight
+    # lower bound; None = 0 for tis, 1/cap for mis
+    rl.off_policy.floor = config_dict.placeholder(float)
     rl.kl = ml_collections.ConfigDict()
     rl.kl.kind = "k3"      # KL estimator against the reference: k1 | k2 | k3
     rl.kl.coef = 0.0       # its weight; 0 = no KL and no reference model
@@ -205,7 +226,9 @@ def train_section() -> ml_collections.ConfigDict:
     # π_old: auto (sampler in float32, recompute otherwise: in bfloat16 the sampler's and
     # the learner's log-probs differ by rounding, docs/sampling.md) | sampler (needs
     # top_k / top_p / min_p off) | recompute (a forward pass before the update; with
-    # top_k / top_p / min_p on it needs rl.loss.tis_cap)
+    # top_k / top_p / min_p on it needs rl.off_policy.correction tis or mis) |
+    # interpolate (no forward pass: AReaL's log-linear mix of the sampler's and the
+    # current log-probs by each token's policy version; needs top_k / top_p / min_p off)
     t.old_logp = "auto"
     # DAPO's filter: drop groups whose rewards all agree and sample more prompts, up to
     # dynamic_max_rounds rounds, to refill the batch
@@ -227,6 +250,20 @@ def train_section() -> ml_collections.ConfigDict:
 
 def rollout_section() -> ml_collections.ConfigDict:
     r = ml_collections.ConfigDict()
+    # sync: each step samples, then learns | one_step_off: the sampler makes the next
+    # step's batch with the policy one version behind while the learner trains |
+    # async: the sampler runs rollout.max_staleness versions ahead, stops each call once
+    # prompts_per_step groups have finished and carries the unfinished samples into the
+    # next call, under the newer policy (docs/training.md, "Asynchronous rollouts")
+    r.mode = "sync"
+    # async: η, how many policy versions the sampler runs behind the learner (a batch's
+    # prompts start once the learner has reached its step - 1 - η); no new prompt is
+    # admitted while a carried sample began more than η versions earlier. 0 = sync
+    r.max_staleness = 1
+    # async: what a carried sample's KV pages become under the new policy: recompute
+    # (prefilled again by the new version, AReaL's) | keep (the old version's pages and
+    # last hidden state are kept; the next tokens come from the new version)
+    r.kv_on_update = "recompute"
     # APRIL, active partial rollouts (flat sampling): ask for more prompt groups than a
     # step trains on, stop the sampler once prompts_per_step groups have finished, carry
     # the unfinished samples (with the log-probs of the policy that sampled each token)

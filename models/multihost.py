@@ -16,12 +16,16 @@ nothing), so code written with them runs unchanged from one CPU to a pod.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def process_count() -> int:
@@ -33,6 +37,38 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def scope(devices: Sequence[jax.Device] | None) -> Iterator[None]:
+    """The host collectives of this thread (`allgather_bytes`, `sync`) run over `devices`
+    only (None: every device). Asynchronous rollouts run the sampler and the learner in two
+    threads on two sets of devices: a collective of one thread over the other's devices
+    could meet that thread's own programs in another order in another process, and both
+    would wait for ever."""
+    before = getattr(_SCOPE, "devices", None)
+    _SCOPE.devices = list(devices) if devices is not None else None
+    try:
+        yield
+    finally:
+        _SCOPE.devices = before
+
+
+def _scoped() -> list[jax.Device] | None:
+    return getattr(_SCOPE, "devices", None)
+
+
+def _gather_whole(x: jax.Array) -> np.ndarray:
+    """The whole of `x` on every process, by a copy replicated over its own devices (a
+    collective over those devices only)."""
+    if isinstance(x.sharding, NamedSharding):
+        whole = jax.jit(lambda a: a, out_shardings=NamedSharding(x.sharding.mesh,
+                                                                 PartitionSpec()))(x)
+        return np.asarray(whole.addressable_data(0))
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
 def _leaf_to_host(x):
     if not isinstance(x, jax.Array):
         return np.asarray(x)
@@ -40,7 +76,7 @@ def _leaf_to_host(x):
         return np.asarray(x)
     if x.is_fully_replicated:  # every process holds the whole array
         return np.asarray(x.addressable_data(0))
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return _gather_whole(x)
 
 
 def to_host(tree: Any) -> Any:
@@ -66,16 +102,37 @@ def put(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(_leaf_put, tree, shardings)
 
 
+def allgather_rows(row: np.ndarray) -> np.ndarray:
+    """[processes, *row.shape]: every process's `row` (same shape and dtype everywhere),
+    in process order; a collective over this thread's `scope`."""
+    row = np.asarray(row)
+    devices = _scoped()
+    if jax.process_count() == 1:
+        return row[None]
+    if devices is None:
+        return np.asarray(multihost_utils.process_allgather(row)).reshape((-1,) + row.shape)
+    devices = sorted(devices, key=lambda d: (d.process_index, d.id))
+    mesh = Mesh(np.asarray(devices), ("p",))
+    mine = [d for d in devices if d.process_index == jax.process_index()]
+    every = jax.make_array_from_single_device_arrays(
+        (len(devices),) + row.shape, NamedSharding(mesh, PartitionSpec("p")),
+        [jax.device_put(row[None], d) for d in mine])
+    whole = _gather_whole(every)
+    first = [i for i, d in enumerate(devices) if i == 0 or devices[i - 1].process_index
+             != d.process_index]  # one row per process, the first of its devices
+    return whole[first]
+
+
 def allgather_bytes(data: bytes) -> list[bytes]:
     """Each process's `data`, in process order (a collective; `[data]` in one process)."""
     if jax.process_count() == 1:
         return [data]
     mine = np.frombuffer(data, np.uint8)
-    sizes = multihost_utils.process_allgather(np.array([mine.size], np.int64))
+    sizes = allgather_rows(np.array([mine.size], np.int64))
     width = max(int(np.max(sizes)), 1)
     padded = np.zeros(width, np.uint8)
     padded[:mine.size] = mine
-    every = np.asarray(multihost_utils.process_allgather(padded)).reshape(-1, width)
+    every = allgather_rows(padded).reshape(-1, width)
     return [bytes(row[:int(n)]) for row, n in zip(every, np.ravel(sizes), strict=True)]
 
 
@@ -85,9 +142,14 @@ def allgather_json(items: list) -> list[list]:
 
 
 def sync(name: str) -> None:
-    """All processes wait here until each has reached `name` (no-op in one process)."""
-    if jax.process_count() > 1:
+    """All processes wait here until each has reached `name` (no-op in one process; over
+    this thread's `scope`)."""
+    if jax.process_count() == 1:
+        return
+    if _scoped() is None:
         multihost_utils.sync_global_devices(name)
+    else:
+        allgather_rows(np.zeros(1, np.int32))
 
 
 def local_rows(n: int) -> range:

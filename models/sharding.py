@@ -107,10 +107,46 @@ def make_mesh(shape: Sequence[int] | Mapping[str, int] = (-1, 1, 1),
 
 
 def from_config_section(section: Any) -> tuple[Mesh, Rules]:
-    """`(mesh, rules)` from a `config.mesh` section: data/fsdp/tensor sizes + `rules`."""
+    """`(mesh, rules)` from a `config.mesh` section: data/fsdp/tensor sizes + `rules`, on
+    the devices left to the learner (`split_devices`: all but `rollout_devices`)."""
     values = as_dict(section)
     rules = make_rules(as_dict(values.pop("rules", None) or {}))
-    return make_mesh(values), rules
+    learner, _ = split_devices(int(values.pop("rollout_devices", 0) or 0))
+    return make_mesh(values, learner), rules
+
+
+def split_devices(rollout: int, devices: Sequence[jax.Device] | None = None
+                  ) -> tuple[list[jax.Device], list[jax.Device]]:
+    """(the learner's devices, the sampler's): the sampler takes `rollout` devices, the
+    same number from each process (each process's last ones), so both meshes span every
+    process; 0 = the sampler shares the learner's (an empty list)."""
+    devices = list(devices if devices is not None else jax.devices())
+    if rollout == 0:
+        return devices, []
+    processes = sorted({d.process_index for d in devices})
+    if rollout < 0 or rollout >= len(devices) or rollout % len(processes):
+        raise ValueError(f"mesh.rollout_devices={rollout} must leave the learner devices and "
+                         f"split evenly over the {len(processes)} processes of the "
+                         f"{len(devices)} devices")
+    per = rollout // len(processes)
+    sampler = [d for p in processes for d in [x for x in devices if x.process_index == p][-per:]]
+    return [d for d in devices if d not in sampler], sampler
+
+
+def rollout_mesh(section: Any) -> Mesh | None:
+    """The sampler's own mesh of `mesh.rollout_devices` devices (None: it shares the
+    learner's): data over them, tensor as the learner's (`mesh.tensor` must divide them),
+    no fsdp (each sampler device holds its tensor shard of the whole policy)."""
+    values = as_dict(section)
+    rollout = int(values.get("rollout_devices", 0) or 0)
+    if not rollout:
+        return None
+    tensor = int(values.get("tensor", 1))
+    _, devices = split_devices(rollout)
+    if tensor < 1 or rollout % tensor:
+        raise ValueError(f"mesh.tensor={tensor} does not divide mesh.rollout_devices="
+                         f"{rollout}: the sampler splits heads like the learner")
+    return make_mesh((rollout // tensor, 1, tensor), devices)
 
 
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh,

@@ -24,6 +24,9 @@ class Rollouts:
     finish_reason: np.ndarray  # [R] str: "stop" | "length" | "repetition" | "partial" (APRIL)
     paths: np.ndarray | None = None  # [R, D] tree branch ids per depth, -1 padded
     stats: dict = dataclasses.field(default_factory=dict)
+    # [R, N] int32 the policy version (update count) that sampled each token, -1 past the
+    # length; None: one version for the whole call, which its caller knows
+    versions: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])

@@ -4,7 +4,11 @@
                                 `gradient_mask`; the TreePO tree estimator lives in
                                 rl.algorithms.tree_advantage
   rl.algorithms.losses          policy losses (`compute(name, ...) -> (loss, metrics)`),
-                                aggregation modes, truncated IS, KL and entropy terms
+                                aggregation modes, KL and entropy terms
+  rl.algorithms.off_policy      the off-policy correction against the behaviour policy
+                                (TIS/MIS at token, sequence or geometric level) and the
+                                interpolated proximal policy
+  rl.algorithms.bapo            BAPO's adaptive clip-bound search (the `bapo` loss)
   rl.algorithms.kl              k1/k2/k3 estimators, the reward penalty, full-vocabulary
                                 KL/JS/entropy
   rl.algorithms.reweighting     token reweighters (fipo, logp_reweight,

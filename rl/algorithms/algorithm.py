@@ -4,6 +4,8 @@
 reweighter, verifier) and checks every option that is set against the
 component it is meant for, so a typo fails at start-up with one line naming
 it, before any compute. Options left at None keep the component's default.
+The off-policy correction (`rl.off_policy`) is carried as an
+`rl.algorithms.off_policy.Correction`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 
 from rl import rewards
 from rl.algorithms import advantages, kl, losses, reweighting
+from rl.algorithms import off_policy as off_policy_lib
 from rl.registry import RegistryError, check_kwargs, set_options
 
 # compute()-level keys of the loss section (the rest go to the loss itself)
-LOSS_COMMON = ("agg", "norm_length", "tis_cap", "tis_mode", "entropy_coef")
+LOSS_COMMON = ("agg", "norm_length", "entropy_coef")
 # RewardSpec-level keys of the reward section (the rest are the verifiers' options)
 REWARD_COMMON = ("name", "correct", "workers", "timeout_s")
 
@@ -38,6 +41,7 @@ class Algorithm:
     overlong_buffer: int = 0
     overlong_factor: float = 1.0
     overlong_filter: bool = False
+    off_policy: off_policy_lib.Correction = off_policy_lib.Correction()
 
     @property
     def needs_reference(self) -> bool:
@@ -55,7 +59,10 @@ def from_config(section: Any) -> Algorithm:
     loss = set_options(section["loss"])
     loss_name = section["loss"]["name"]
     own = {k: v for k, v in loss.items() if k not in LOSS_COMMON}
-    check_kwargs("policy loss", loss_name, losses.LOSSES.get(loss_name).fn, own)
+    policy_loss = losses.LOSSES.get(loss_name)
+    check_kwargs("policy loss", loss_name, policy_loss.fn, own)
+    if policy_loss.check is not None:
+        policy_loss.check(**own)
     if loss.get("agg") is not None and loss["agg"] not in losses.AGGREGATIONS:
         raise ValueError(f"unknown aggregation {loss['agg']!r} "
                          f"(choose from {', '.join(losses.AGGREGATIONS)})")
@@ -84,4 +91,5 @@ def from_config(section: Any) -> Algorithm:
         reweight=rw_name, reweight_options=rw, reward=reward,
         overlong_buffer=int(section["overlong"]["buffer"]),
         overlong_factor=float(section["overlong"]["factor"]),
-        overlong_filter=bool(section["overlong"]["filter"]))
+        overlong_filter=bool(section["overlong"]["filter"]),
+        off_policy=off_policy_lib.from_config(section["off_policy"]))

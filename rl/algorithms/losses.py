@@ -1,10 +1,11 @@
 """Policy losses, selected by name: `compute("ppo", logp, old_logp, adv, mask)`.
 
 Each registered loss maps per-token log-probs to a per-token loss [N, T] and
-indicator maps for metrics; `compute` adds what every loss shares:
-truncated importance sampling against the sampler's log-probs, FIPO
-reweighting, aggregation, a KL term to a frozen reference, an entropy bonus,
-and the metrics. Formulas and sources: docs/algorithms.md.
+indicator maps for metrics; `compute` adds what every loss shares: the
+off-policy correction against the behaviour policy's log-probs
+(rl.algorithms.off_policy: truncated or masked IS, an interpolated proximal
+policy), FIPO reweighting, aggregation, a KL term to a frozen reference, an
+entropy bonus, and the metrics. Formulas and sources: docs/algorithms.md.
 
   ppo          -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A); `dual_clip=c` caps the
                loss of A<0 tokens at -c·A (DAPO / clip-higher are ppo options)
@@ -17,6 +18,9 @@ and the metrics. Formulas and sources: docs/algorithms.md.
                `keep_prob` (`mode="decay"`, the deterministic ablation)
   cispo        -sg(clip(r, 1-ε_low, 1+ε_high))·A·log π_θ: every token keeps a
                gradient, only its weight is truncated
+  bapo         ppo with explicit bounds clip(r, c_low, c_high) chosen per
+               minibatch so positive-advantage tokens carry a target share of
+               the loss (rl.algorithms.bapo), dual clip c = 3
 
 Aggregation (`agg`), with M the mask and |y_i| = sum_t M_{i,t}:
   token_mean               sum_{i,t} L·M / sum M
@@ -38,7 +42,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rl.algorithms import bapo as bapo_lib
 from rl.algorithms import kl as kl_lib
+from rl.algorithms import off_policy as off_policy_lib
 from rl.algorithms import ops, reweighting
 from rl.registry import Registry, check_kwargs
 
@@ -52,20 +58,27 @@ INDICATORS = {"clip_low": "clip_frac_low", "clip_high": "clip_frac_high",
               "nsr_rescued": "nsr_rescued_frac"}
 
 
+PROXIMAL = ("given", "interpolate")  # where compute's π_old comes from (`proximal`)
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicyLoss:
-    """fn(logp, old_logp, adv, mask, rng, **options) -> (loss [N,T], indicators)."""
+    """fn(logp, old_logp, adv, mask, rng, **options) -> (loss [N,T], indicators): the
+    indicator maps [N, T] of `INDICATORS`, plus any scalar metrics [] of the loss's own.
+    `check(**options)`, if given, raises ValueError for bad option values (start-up)."""
 
     fn: Callable[..., tuple[jax.Array, Mapping[str, jax.Array]]]
     default_agg: str = "token_mean"
+    check: Callable[..., None] | None = None
 
 
 LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
-def register(*names: str, default_agg: str = "token_mean"):
+def register(*names: str, default_agg: str = "token_mean",
+             check: Callable[..., None] | None = None):
     def add(fn):
-        LOSSES.register(*names)(PolicyLoss(fn, default_agg))
+        LOSSES.register(*names)(PolicyLoss(fn, default_agg, check))
         return fn
 
     return add
@@ -100,12 +113,11 @@ def aggregate(x: jax.Array, mask: jax.Array, mode: str, *, agg_norm=None,
     return total / jnp.maximum(denominator, 1)
 
 
-def _clipped_surrogate(ratio, adv, eps_low, eps_high, dual_clip):
-    """PPO clipped loss per token and its clip indicators."""
-    loss = -jnp.minimum(ratio * adv,
-                        jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
-    clip_low = (adv < 0) & (ratio < 1.0 - eps_low)
-    clip_high = (adv > 0) & (ratio > 1.0 + eps_high)
+def _clipped_surrogate(ratio, adv, low, high, dual_clip):
+    """PPO clipped loss per token, clip(r, low, high), and its clip indicators."""
+    loss = -jnp.minimum(ratio * adv, jnp.clip(ratio, low, high) * adv)
+    clip_low = (adv < 0) & (ratio < low)
+    clip_high = (adv > 0) & (ratio > high)
     clip_dual = jnp.zeros_like(clip_low)
     if dual_clip is not None:
         if dual_clip <= 1.0:
@@ -124,7 +136,7 @@ def ppo(logp, old_logp, adv, mask, rng, *, eps_low: float = 0.2, eps_high: float
         dual_clip: float | None = None):
     """Token-ratio clipped surrogate (GRPO). DAPO: eps_high=0.28, dual_clip=10."""
     ratio = jnp.exp(_log_ratio(logp, old_logp))
-    return _clipped_surrogate(ratio, adv, eps_low, eps_high, dual_clip)
+    return _clipped_surrogate(ratio, adv, 1.0 - eps_low, 1.0 + eps_high, dual_clip)
 
 
 def _sequence_log_ratio(logp, old_logp, mask):
@@ -136,7 +148,7 @@ def _sequence_log_ratio(logp, old_logp, mask):
 def gspo(logp, old_logp, adv, mask, rng, *, eps_low: float = 3e-4, eps_high: float = 4e-4):
     """Sequence-level ratio broadcast over the tokens of each response."""
     ratio = jnp.broadcast_to(jnp.exp(_sequence_log_ratio(logp, old_logp, mask)), mask.shape)
-    return _clipped_surrogate(ratio, adv, eps_low, eps_high, None)
+    return _clipped_surrogate(ratio, adv, 1.0 - eps_low, 1.0 + eps_high, None)
 
 
 @register("gspo_token", default_agg="seq_mean_token_mean")
@@ -145,7 +157,7 @@ def gspo_token(logp, old_logp, adv, mask, rng, *, eps_low: float = 3e-4,
     """Value s_i at every token, gradient through each token's own log-prob."""
     seq = jax.lax.stop_gradient(jnp.exp(_sequence_log_ratio(logp, old_logp, mask)))
     ratio = seq * jnp.exp(logp - jax.lax.stop_gradient(logp))
-    return _clipped_surrogate(ratio, adv, eps_low, eps_high, None)
+    return _clipped_surrogate(ratio, adv, 1.0 - eps_low, 1.0 + eps_high, None)
 
 
 @register("nsr")
@@ -163,7 +175,7 @@ def nsr(logp, old_logp, adv, mask, rng, *, eps_low: float = 0.2, eps_high: float
     if not 0.0 <= keep_prob <= 1.0:
         raise ValueError(f"keep_prob must be in [0, 1], got {keep_prob}")
     ratio = jnp.exp(_log_ratio(logp, old_logp))
-    loss, ind = _clipped_surrogate(ratio, adv, eps_low, eps_high, dual_clip)
+    loss, ind = _clipped_surrogate(ratio, adv, 1.0 - eps_low, 1.0 + eps_high, dual_clip)
     band = (((adv > 0) & (ratio > 1.0 + eps_high) & (ratio <= 1.0 + eps_high + delta_high))
             | ((adv < 0) & (ratio < 1.0 - eps_low) & (ratio >= 1.0 - eps_low - delta_low)))
     unclipped = -ratio * adv
@@ -198,22 +210,32 @@ def cispo(logp, old_logp, adv, mask, rng, *, eps_low: float | None = None,
                   "clip_dual": jnp.zeros(mask.shape, bool)}
 
 
-def _importance_weight(old_logp, behavior_logp, mask, cap, mode):
-    """Truncated (or masked) IS weight π_old/π_behavior for sampler mismatch."""
-    weight = jnp.exp(_log_ratio(old_logp, ops.as_float(behavior_logp)))
-    over = weight > cap
-    if mode == "truncate":
-        corrected = jnp.minimum(weight, cap)
-    elif mode == "mask":
-        corrected = jnp.where(over, 0.0, weight)
-    else:
-        raise ValueError(f"tis_mode must be 'truncate' or 'mask', got {mode!r}")
-    return jax.lax.stop_gradient(corrected), over & mask
+@register("bapo", check=bapo_lib.check_options)
+def bapo(logp, old_logp, adv, mask, rng, *, target: float = 0.4, low_start: float = 0.6,
+         low_max: float = 0.9, low_step: float = 0.02, high_start: float = 1.2,
+         high_max: float = 3.0, high_step: float = 0.05, dual_clip: float | None = 3.0,
+         order: str = "low_first", measure: str = "code"):
+    """ppo's surrogate with clip(r, c_low, c_high); the bounds come from BAPO's search
+    (rl.algorithms.bapo.search) on this minibatch's detached ratios. Defaults: the
+    paper's §5.1 constants; dual_clip 3 and the low-first order and measure of the
+    authors' code. Also returns bapo_c_low, bapo_c_high, bapo_pos_share."""
+    options = dict(target=target, low_start=low_start, low_max=low_max, low_step=low_step,
+                   high_start=high_start, high_max=high_max, high_step=high_step,
+                   dual_clip=dual_clip, order=order, measure=measure)
+    bapo_lib.check_options(**options)
+    ratio = jnp.exp(_log_ratio(logp, old_logp))
+    c_low, c_high, share = bapo_lib.search(
+        ratio, adv, mask, jnp.exp(old_logp) if measure == "paper" else None, target=target,
+        lows=bapo_lib.candidates(low_start, low_max, low_step),
+        highs=bapo_lib.candidates(high_start, high_max, high_step), order=order)
+    loss, ind = _clipped_surrogate(ratio, adv, c_low, c_high, dual_clip)
+    return loss, {**ind, "bapo_c_low": c_low, "bapo_c_high": c_high, "bapo_pos_share": share}
 
 
 def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
             agg: str | None = None, agg_norm=None, norm_length: float | None = None,
-            behavior_logp=None, tis_cap: float = 2.0, tis_mode: str = "truncate",
+            behavior_logp=None, off_policy: off_policy_lib.Correction | None = None,
+            proximal: str = "given", versions=None, version=None,
             reweight: str | None = None, reweight_options: Mapping | None = None,
             ref_logp=None, kl_coef: float = 0.0, kl_kind: str = "k3",
             kl_clamp: float | None = None, entropy=None, entropy_coef: float = 0.0,
@@ -223,15 +245,22 @@ def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
     Args:
       name: a registered loss (`names()`).
       logp: [N, T] log π_θ of the sampled tokens (differentiated).
-      old_logp: [N, T] log π_old (the policy that made the batch's ratios).
+      old_logp: [N, T] log π_old, the proximal policy that makes the ratios
+        π_θ/π_old (ignored, may be None, with `proximal="interpolate"`).
       adv: [N] or [N, T] advantages.
       mask: [N, T] response-token mask.
       rng: PRNG key, needed by `nsr` in stochastic mode.
       agg, agg_norm, norm_length: aggregation (module docstring); `agg=None`
         uses the loss's default (token_mean; seq_mean_token_mean for gspo).
-      behavior_logp: [N, T] sampler log-probs; when given, each token's loss is
-        weighted by the truncated IS weight min(π_old/π_behavior, tis_cap)
-        (`tis_mode="mask"` zeroes tokens over the cap instead).
+      behavior_logp: [N, T] log π_behav, the sampler's log-probs. When given, the
+        `off_policy` correction (rl.algorithms.off_policy; None = off) weights or
+        masks each token by π_old/π_behav, and the off-policy metrics are added
+        (is_weight_mean/_p50/_p90/_p99/_max, corrected_frac, kl_behavior_current,
+        kl_behavior_current_k3).
+      proximal: "given" (π_old is `old_logp`) or "interpolate": π_old is
+        `off_policy.interpolate_proximal(behavior_logp, logp, versions, version)`,
+        which needs versions [N, T] int32 (the policy version that sampled each
+        token, -1 = padding) and version [] int32 (the learner's update count).
       reweight: "fipo" to apply the future-KL weight inside the loss, with
         `reweight_options` (gamma, clip_low, clip_high, high_only, neg_ratio_cap,
         ratio_mask); adds the metrics fipo_weight_mean, fipo_weight_changed_frac
@@ -242,29 +271,24 @@ def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
     """
     policy_loss = LOSSES.get(name)
     check_kwargs("policy loss", name, policy_loss.fn, options)
-    logp, old_logp = ops.as_float(logp), ops.as_float(old_logp)
+    logp = ops.as_float(logp)
     mask = jnp.asarray(mask).astype(bool)
     chex.assert_rank(logp, 2)
-    chex.assert_equal_shape([logp, old_logp, mask])
+    old_logp, is_weight, mask, metrics = _proximal_and_correction(
+        logp, old_logp, mask, behavior_logp, off_policy, proximal, versions, version)
     adv = ops.as_float(adv)
     if adv.ndim == 1:
         adv = adv[:, None]
     chex.assert_equal_shape_prefix([adv, mask], 1)
     adv = jnp.broadcast_to(adv, mask.shape)
-    metrics = {}
     if reweight is not None:
-        adv, metrics = _fipo(reweight, reweight_options, adv, mask, logp, old_logp)
+        adv, fipo_metrics = _fipo(reweight, reweight_options, adv, mask, logp, old_logp)
+        metrics.update(fipo_metrics)
     adv = jax.lax.stop_gradient(jnp.where(mask, adv, 0.0))
     agg = policy_loss.default_agg if agg is None else agg
 
     token_loss, indicators = policy_loss.fn(logp, old_logp, adv, mask, rng, **options)
-    if behavior_logp is not None:
-        chex.assert_equal_shape([behavior_logp, mask])
-        is_weight, over = _importance_weight(old_logp, behavior_logp, mask, tis_cap, tis_mode)
-        token_loss = token_loss * is_weight
-        metrics["tis_weight_mean"] = ops.masked_mean(is_weight, mask)
-        metrics["tis_clip_frac"] = ops.masked_mean(over, mask)
-    token_loss = jnp.where(mask, token_loss, 0.0)
+    token_loss = jnp.where(mask, token_loss * is_weight, 0.0)
 
     def agg_fn(x):
         return aggregate(x, mask, agg, agg_norm=agg_norm, norm_length=norm_length)
@@ -286,9 +310,43 @@ def compute(name: str, logp, old_logp, adv, mask, rng=None, *,
     elif entropy_coef:
         raise ValueError("entropy_coef is set but entropy was not given")
     metrics.update(loss=loss, pg_loss=pg_loss, **_ratio_metrics(logp, old_logp, mask))
-    for key, metric in INDICATORS.items():
-        metrics[metric] = ops.masked_mean(indicators.get(key, jnp.zeros(mask.shape)), mask)
+    metrics.update(_indicator_metrics(indicators, mask))
     return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
+
+
+def _proximal_and_correction(logp, old_logp, mask, behavior_logp, off_policy, proximal,
+                             versions, version):
+    """(log π_old [N, T], behaviour weight [N, T], loss mask [N, T], metrics): the
+    proximal log-probs, given or interpolated, and `off_policy` applied against
+    `behavior_logp` (weight 1 and the mask unchanged without it)."""
+    if proximal not in PROXIMAL:
+        raise ValueError(f"proximal must be one of {', '.join(PROXIMAL)}, got {proximal!r}")
+    if proximal == "interpolate":
+        if behavior_logp is None or versions is None or version is None:
+            raise ValueError("proximal='interpolate' needs behavior_logp, versions and version")
+        old_logp = off_policy_lib.interpolate_proximal(behavior_logp, logp, versions, version)
+    old_logp = ops.as_float(old_logp)
+    chex.assert_equal_shape([logp, old_logp, mask])
+    if behavior_logp is None:
+        return old_logp, jnp.ones(mask.shape, logp.dtype), mask, {}
+    behavior_logp = ops.as_float(behavior_logp)
+    weight, kept, metrics = off_policy_lib.apply(
+        off_policy or off_policy_lib.Correction(), old_logp, behavior_logp, logp, mask)
+    return old_logp, weight, kept, metrics
+
+
+def _indicator_metrics(indicators: Mapping[str, jax.Array], mask) -> dict[str, jax.Array]:
+    """The masked mean of each `INDICATORS` map (0 when absent) and the loss's own
+    scalar metrics as they are."""
+    out = {metric: ops.masked_mean(indicators.get(key, jnp.zeros(mask.shape)), mask)
+           for key, metric in INDICATORS.items()}
+    for key, value in indicators.items():
+        if key not in INDICATORS:
+            if jnp.ndim(value) != 0:
+                raise ValueError(f"loss output {key!r} is neither an indicator map "
+                                 f"({', '.join(INDICATORS)}) nor a scalar metric")
+            out[key] = value
+    return out
 
 
 def _fipo(reweight: str, options: Mapping | None, adv, mask, logp, old_logp):

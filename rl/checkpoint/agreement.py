@@ -29,7 +29,6 @@ import dataclasses
 import time
 
 import numpy as np
-from jax.experimental import multihost_utils
 
 from models import multihost
 from rl.checkpoint.storage import one_line
@@ -66,7 +65,7 @@ def _exchange(row: list[int]) -> np.ndarray:
     if multihost.process_count() == 1:
         return mine[None]
     try:
-        return np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
+        return multihost.allgather_rows(mine).reshape(-1, mine.size)
     except Exception as e:  # noqa: BLE001 - any failure here: the others are unreachable
         raise PeerLost(describe(e)) from e
 

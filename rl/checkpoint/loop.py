@@ -8,6 +8,8 @@ A job is an object with
   get_state() / set_state(tree)   every device array it changes ("params" + the rest)
   host_state() / set_host_state(d)   JSON: data position, counters
   data_state() / set_data_state(d)   the data iterator's position alone
+  rolled_back(skips) (optional)    after a rollback restored the state: {step: the
+                                   data_state each replayed step skips to}
   step(step) -> metrics            one step; raises on failure
   evaluate() -> metrics, eval_due(step), after_step(step) (exports)
 `fit`:
@@ -234,6 +236,8 @@ class _Loop:
         self.load(state, host)
         self.skips = {**self.skips, **{k: v for k, v in skips.items() if k > restored},
                       step: position}
+        if hasattr(self.job, "rolled_back"):  # before any step runs again
+            self.job.rolled_back(dict(self.skips))
         self.job.log.rewind(restored)
         self.job.log.event(step, "rollback", cause=cause, restored_step=restored,
                            consecutive=failures)

@@ -34,7 +34,8 @@ results late:
 * a worker that dies on an item (out of memory, a crash) is restarted the
   same way; the item scores 0.0 and counts as a crash.
 
-Nothing here uses signals or threads in the caller. POSIX only (socket fd
+Nothing here uses signals or threads in the caller (each calling thread gets its own
+shared pool, `shared`). POSIX only (socket fd
 inheritance). Worker start-up (imports, `warm` hooks) is not counted against
 any item's timeout.
 """
@@ -49,6 +50,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
@@ -330,14 +332,19 @@ class Pool:
 
 
 _SHARED: dict[tuple, Pool] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def shared(workers: int, warm: Sequence[str] = (), imports: Sequence[str] = ()) -> Pool:
-    """The process-wide pool of `workers` workers with these warm hooks and imports."""
-    key = (workers, tuple(sorted(set(warm))), tuple(sorted(set(imports))))
-    if key not in _SHARED:
-        _SHARED[key] = Pool(workers, warm=key[1], imports=key[2])
-    return _SHARED[key]
+    """The pool of `workers` workers with these warm hooks and imports, one per calling
+    thread's name: a pool serves one batch at a time, and asynchronous rollouts score in
+    their own thread ("rollout") while the trainer's thread evaluates."""
+    key = (threading.current_thread().name, workers, tuple(sorted(set(warm))),
+           tuple(sorted(set(imports))))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = Pool(workers, warm=key[2], imports=key[3])
+        return _SHARED[key]
 
 
 @atexit.register

@@ -195,7 +195,7 @@ def select(ready: list[Group], pending: list[Group], target: int,
 
 def to_rollouts(groups: Sequence[Group], width: int, pad_id: int = 0):
     """(sampling.Rollouts of the groups' rows, prompt-major, prompt_index = group
-    index; versions [R, width] int32, -1 past each length)."""
+    index, with their `versions`; versions [R, width] int32, -1 past each length)."""
     rows = [row for g in groups for row in g.rows]
     tokens = np.full((len(rows), width), pad_id, np.int32)
     logp, raw = np.zeros((2, len(rows), width), np.float32)
@@ -209,7 +209,8 @@ def to_rollouts(groups: Sequence[Group], width: int, pad_id: int = 0):
     index = np.repeat(np.arange(len(groups), dtype=np.int32), [len(g.rows) for g in groups])
     return Rollouts(tokens=tokens, lengths=np.array([len(r.tokens) for r in rows], np.int32),
                     logprobs=logp, raw_logprobs=raw, prompt_index=index,
-                    finish_reason=np.array([r.finish for r in rows], dtype="<U7")), versions
+                    finish_reason=np.array([r.finish for r in rows], dtype="<U7"),
+                    versions=versions), versions
 
 
 def staleness(groups: Sequence[Group], current_version: int) -> dict[str, float]:

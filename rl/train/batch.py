@@ -31,6 +31,7 @@ class Sequences:
     mask: np.ndarray          # [P·G, C] bool
     sampler_logp: np.ndarray  # [P·G, C] f32 (0 where masked)
     valid: np.ndarray         # [P·G] bool (False = padding row)
+    versions: np.ndarray      # [P·G, C] int32 the policy version of each token (-1 masked)
 
     def learner_inputs(self) -> dict[str, np.ndarray]:
         return {"prompts": self.prompts, "prompt_lens": self.prompt_lens,
@@ -39,14 +40,15 @@ class Sequences:
 
 def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_size: int,
              groups: int, completion_len: int, sampler_logp: list[np.ndarray] | None = None,
-             row_valid: list[bool] | None = None,
+             row_valid: list[bool] | None = None, versions: list[np.ndarray] | None = None,
              prompt_multiple: int = PROMPT_MULTIPLE) -> Sequences:
     """Pads `len(prompts)` <= groups prompt groups into fixed-shape arrays.
 
     prompts[i]: token ids of group i's prompt; completions[i·G + j]: its j-th
     completion (longer than `completion_len` is an error); sampler_logp[r]:
     one log-prob per token of completion r; row_valid[r]: False for a padding row
-    inside a group (rl.train.groups.Groups.pad), which is then left out like padding groups.
+    inside a group (rl.train.groups.Groups.pad), which is then left out like padding groups;
+    versions[r]: the policy version of each token of completion r (default 0).
     """
     g, c = group_size, completion_len
     if len(prompts) > groups or len(completions) != len(prompts) * g:
@@ -65,6 +67,7 @@ def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_si
     completion = np.zeros((rows, c), np.int32)
     mask = np.zeros((rows, c), bool)
     logp = np.zeros((rows, c), np.float32)
+    token_versions = np.full((rows, c), -1, np.int32)
     for i, comp in enumerate(completions):
         if len(comp) > c:
             raise ValueError(f"completion {i} has {len(comp)} tokens > completion_len {c}")
@@ -72,7 +75,8 @@ def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_si
         mask[i, :len(comp)] = True
         if sampler_logp is not None:
             logp[i, :len(comp)] = sampler_logp[i][:len(comp)]
+        token_versions[i, :len(comp)] = versions[i][:len(comp)] if versions is not None else 0
     valid = np.arange(rows) < len(completions)
     if row_valid is not None:
         valid[:len(completions)] &= np.asarray(row_valid, bool)
-    return Sequences(prompt_arr, prompt_lens, completion, mask, logp, valid)
+    return Sequences(prompt_arr, prompt_lens, completion, mask, logp, valid, token_versions)

@@ -31,7 +31,7 @@ from models.byte_tokenizer import save_byte_tokenizer
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
 from rl.algorithms import algorithm as algorithm_lib
-from rl.algorithms import overlong
+from rl.algorithms import off_policy, overlong
 from rl.algorithms.algorithm import Algorithm
 from rl.checkpoint import faults, persistent
 from rl.checkpoint.persistent import CheckpointError as ResumeError
@@ -67,6 +67,9 @@ class Run:
     # the tree sampler's answer stop (sampling.tree.stop_on_boxed: a closed \boxed{})
     stop_text: Callable[[str], bool] | None = None
     old_logp: str = "sampler"  # train.old_logp resolved for the model's dtype
+    # the sampler's mesh and rules: `act` itself unless mesh.rollout_devices gives the
+    # sampler devices of its own (rollout.mode one_step_off / async)
+    rollout_act: sharding.ActivationSharding | None = None
 
     @property
     def samples_per_prompt(self) -> int:
@@ -225,6 +228,7 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
                    tree.segment_len * tree.max_depth if tree else sp.max_new_tokens)
     eval_ks = _eval_ks(cfg.eval)
     mesh, rules = sharding.from_config_section(cfg.mesh)
+    sampler_mesh = sharding.rollout_mesh(cfg.mesh)
     tokenizer, tokenizer_dir = _tokenizer(cfg, workdir)
     if cfg.data.chat_template and not tokenizer.has_chat_template:
         raise ValueError(f"data.chat_template is on but the tokenizer in {tokenizer_dir} has "
@@ -233,7 +237,13 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if cfg.data.system_prompt and not cfg.data.chat_template:
         raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
-    old_logp = checks.resolve_old_logp(cfg.train.old_logp, model_config.dtype)
+    asynchronous = cfg.rollout.mode != "sync"
+    alg = dataclasses.replace(alg, off_policy=dataclasses.replace(
+        alg.off_policy, correction=off_policy.resolve_correction(alg.off_policy.correction,
+                                                                 asynchronous)))
+    old_logp = checks.resolve_old_logp(
+        cfg.train.old_logp, model_config.dtype, asynchronous=asynchronous,
+        filtered=bool(sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0))
     checks.check_old_logp(old_logp, alg, sp)
     boxed = tree is not None and s.tree.stop_on_boxed is not False  # None = on (TreePO)
     run = Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
@@ -241,7 +251,9 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
               stop_text=latex.complete_box if boxed else None)
     checks.check_rollout_mode(cfg, tree is not None)
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
-    return dataclasses.replace(run, selector=selector)
+    rollout_act = (sharding.ActivationSharding(sampler_mesh, rules) if sampler_mesh is not None
+                   else run.act)
+    return dataclasses.replace(run, selector=selector, rollout_act=rollout_act)
 
 
 REFERENCES_CHECKED = 64  # examples of each split whose references the verifiers check

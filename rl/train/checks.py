@@ -15,34 +15,45 @@ from rl.algorithms.algorithm import Algorithm
 from rl.train import april
 from sampling import SamplingParams
 
-OLD_LOGP_SOURCES = ("auto", "sampler", "recompute")
+OLD_LOGP_SOURCES = ("auto", "sampler", "recompute", "interpolate")
 
 
-def resolve_old_logp(value: str, dtype: str) -> str:
+def resolve_old_logp(value: str, dtype: str, *, asynchronous: bool = False,
+                     filtered: bool = False) -> str:
     """`train.old_logp` for a model computing in `dtype`: "auto" is the sampler's
     log-probs in float32, where sampler and learner agree to fp32 rounding, and a
     recomputation otherwise: in bfloat16 the decode step and the learner's
-    batched forward round activations at different points (docs/sampling.md)."""
+    batched forward round activations at different points (docs/sampling.md).
+    With the sampler ahead of the learner (`asynchronous`), "auto" in float32 is
+    "recompute_stale": the tokens an older version sampled are recomputed, the
+    others keep the sampler's (a recomputation when the sampling is `filtered`)."""
     if value != "auto":
         return value
-    return "sampler" if dtype == "float32" else "recompute"
+    if dtype != "float32":
+        return "recompute"
+    if asynchronous:
+        return "recompute" if filtered else "recompute_stale"
+    return "sampler"
 
 
 def check_old_logp(old_logp: str, alg: Algorithm, sp: SamplingParams) -> None:
     """The resolved π_old source against the sampling filters and the loss."""
     filtered = sp.top_k or sp.top_p < 1.0 or sp.min_p > 0.0
-    if old_logp == "sampler" and filtered:
-        raise ValueError("train.old_logp=sampler needs top_k/top_p/min_p off (the sampler's "
-                         "log-probs are then those of the policy at the sampling temperature); "
-                         "use train.old_logp=recompute")
-    if old_logp == "recompute" and filtered and not alg.loss_options.get("tis_cap"):
+    if old_logp in ("sampler", "interpolate") and filtered:
+        raise ValueError(f"train.old_logp={old_logp} needs top_k/top_p/min_p off (the "
+                         "sampler's log-probs are then those of the policy at the sampling "
+                         "temperature); use train.old_logp=recompute")
+    if old_logp == "recompute" and filtered and alg.off_policy.kind not in ("tis", "mis"):
         raise ValueError("train.old_logp=recompute with top_k/top_p/min_p on needs "
-                         "rl.loss.tis_cap: the samples come from the filtered distribution, "
-                         "not the policy, and truncated importance sampling corrects that")
+                         "rl.off_policy.correction=tis or mis: the samples come from the "
+                         "filtered distribution, not the policy, and importance sampling "
+                         "corrects that")
+
+
 WARM_STARTS = ("", "sft")
 SCHEDULES = ("constant", "linear", "cosine")
 # what only acts once π_θ has moved away from π_old (a second optimizer step on a batch)
-OFF_POLICY_LOSSES = ("gspo", "gspo_token", "nsr", "cispo")
+OFF_POLICY_LOSSES = ("gspo", "gspo_token", "nsr", "cispo", "bapo")
 CLIP_OPTIONS = ("eps_low", "eps_high", "dual_clip", "delta_low", "delta_high")
 
 
@@ -89,6 +100,8 @@ def check_update_schedule(cfg, alg: Algorithm) -> None:
     train = cfg.train
     if train.epochs * train.minibatches > 1:
         return
+    if cfg.rollout.mode != "sync" and train.old_logp == "sampler":
+        return  # π_old is the (older) sampling policy: the first step's ratios are not 1
     inert = [f"rl.loss.{k}" for k in CLIP_OPTIONS if alg.loss_options.get(k) is not None]
     if alg.loss in OFF_POLICY_LOSSES:
         inert.insert(0, f"rl.loss.name={alg.loss}")
@@ -158,6 +171,50 @@ def check_rollout_mode(cfg, tree: bool) -> None:
                 raise ValueError(f"rollout.april with {what}: APRIL's carry-over works on "
                                  "flat groups of the data order; use one of them")
         april.over_provision(cfg.train.prompts_per_step, cfg.rollout.over_provision)
+    check_async(cfg, tree)
+
+
+ROLLOUT_MODES = ("sync", "one_step_off", "async")
+KV_ON_UPDATE = ("recompute", "keep")
+
+
+def check_async(cfg, tree: bool) -> None:
+    """`rollout.mode`, `rollout.max_staleness`, `rollout.kv_on_update` and
+    `mesh.rollout_devices` against each other, the sampler and the processes."""
+    r = cfg.rollout
+    if r.mode not in ROLLOUT_MODES:
+        raise ValueError(f"rollout.mode must be one of {', '.join(ROLLOUT_MODES)}, got "
+                         f"{r.mode!r}")
+    if isinstance(r.max_staleness, bool) or not isinstance(r.max_staleness, int) \
+            or r.max_staleness < 0:
+        raise ValueError(f"rollout.max_staleness must be an int >= 0, got {r.max_staleness!r}")
+    if r.kv_on_update not in KV_ON_UPDATE:
+        raise ValueError(f"rollout.kv_on_update must be one of {', '.join(KV_ON_UPDATE)}, got "
+                         f"{r.kv_on_update!r}")
+    devices = int(cfg.mesh.rollout_devices or 0)
+    if r.mode == "sync":
+        if devices:
+            raise ValueError("mesh.rollout_devices needs rollout.mode=one_step_off or async "
+                             "(a synchronous step samples on the learner's devices)")
+        return
+    if r.mode == "async" and r.april:
+        raise ValueError("rollout.april with rollout.mode=async: asynchronous rollouts carry "
+                         "unfinished samples themselves (one batch of new prompts per call); "
+                         "use one of them")
+    name = cfg.data.selector.name
+    if r.mode == "async" and r.max_staleness > 0:
+        for on, what in ((tree, "sampling.sampler=tree"),
+                         (cfg.train.dynamic_sampling, "train.dynamic_sampling"),
+                         (name != "uniform", f"data.selector.name={name}")):
+            if on:
+                raise ValueError(f"rollout.mode=async with {what}: the carry of unfinished "
+                                 "samples works on flat groups of the data order; use "
+                                 "rollout.mode=one_step_off, or rollout.max_staleness=0")
+    if jax.process_count() > 1 and not devices:
+        raise ValueError(f"rollout.mode={r.mode} with {jax.process_count()} processes needs "
+                         "mesh.rollout_devices > 0: the sampler and the learner run at once, "
+                         "and on shared devices their collectives could meet in another "
+                         "order in each process")
 
 
 MAX_QUIET_LR = 1e-2  # above this an AdamW update moves every weight by a large share of it

@@ -58,6 +58,8 @@ class Collector:
         self.selector_state = selector.init_state()
         self.group_size = run.samples_per_prompt
         self.april = bool(cfg.rollout.april)
+        # asynchronous rollouts carry unfinished samples over to the next call too
+        self.carries = self.april or cfg.rollout.mode == "async"
         self.carry = april.Carry(run.completion_len)
         self.waiting: list = []  # examples drawn from the iterator, not yet sampled
         self.first = run.samples_drawn  # before DARS's extras; mc_grpo draws G + 1
@@ -71,7 +73,7 @@ class Collector:
 
     def host_state(self) -> dict:
         out = {"data": self.data_state(), "selector": self.selector_state}  # arrays as they are
-        if self.april:
+        if self.carries:
             out["april"] = april.state_to_json(self.carry)
             out["april_waiting"] = [dataclasses.asdict(ex) for ex in self.waiting]
         return out
@@ -80,7 +82,7 @@ class Collector:
         self.set_data_state(host["data"])
         self.selector_state = (selectors.state_from_json(host["selector"])
                                if "selector" in host else self.selector.init_state())
-        if self.april:
+        if self.carries:
             self.carry = (april.state_from_json(host["april"]) if "april" in host
                           else april.Carry(self.run.completion_len))
             self.waiting = [example_from_json(ex) for ex in host.get("april_waiting", [])]
@@ -96,13 +98,19 @@ class Collector:
                 return [self.run.train_source[int(i)] for i in idx], idx
         return next(self.data), None
 
-    def collect(self, step: int, rng) -> tuple[Groups, dict, Callable[[], None], jax.Array]:
-        """Returns (groups, stats, finish, rng). Without dynamic sampling or DARS the rewards
-        are still being scored: `finish()` waits for them and fills `groups.rewards` /
-        `groups.correct` and the reward stats, so the caller can dispatch device work
-        first. With either, each round is scored before the next."""
+    def collect(self, step: int, rng, version: int | None = None
+                ) -> tuple[Groups, dict, Callable[[], None], jax.Array]:
+        """Returns (groups, stats, finish, rng); `version` is the policy version sampling
+        (the update count; default step - 1, the synchronous learner's). Without dynamic
+        sampling or DARS the rewards are still being scored: `finish()` waits for them and
+        fills `groups.rewards` / `groups.correct` and the reward stats, so the caller can
+        dispatch device work first. With either, each round is scored before the next."""
+        version = step - 1 if version is None else version
         if self.april:
-            return self._collect_april(step, rng)
+            fresh = max(0, april.over_provision(self.run.cfg.train.prompts_per_step,
+                                                self.run.cfg.rollout.over_provision)
+                        - len(self.carry.groups))
+            return self._collect_carry(rng, version, fresh)
         cfg = self.run.cfg
         want = cfg.train.prompts_per_step
         dynamic = cfg.train.dynamic_sampling
@@ -134,7 +142,7 @@ class Collector:
                     if dynamic and all_alike(correct):
                         continue  # dynamic sampling: nothing to learn from this group
                 if kept.num_groups < want:
-                    kept.add(prompts[p], group)
+                    kept.add(prompts[p], group, version)
             if kept.num_groups >= want:
                 break
         if len(kept.completions) != kept.num_groups * self.group_size:
@@ -147,14 +155,28 @@ class Collector:
             stats.update(tree_stats([r for r, _, whole in sampled if whole]))
         return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
 
-    def _collect_april(self, step: int, rng):
-        """One APRIL step (module docstring); returns what `collect` does."""
+    def collect_async(self, rng, version: int, max_staleness: int):
+        """One call of `rollout.mode=async` under policy `version` (what `collect`
+        returns): it admits `prompts_per_step` new prompt groups unless a carried sample
+        began more than `max_staleness` versions before `version` (then it only continues
+        the carried ones), stops once `prompts_per_step` groups have finished, and carries
+        the rest (their next tokens come from the next call's, newer, policy)."""
+        oldest = min((g.born for g in self.carry.groups if not g.finished), default=version)
+        admit = version - oldest <= max_staleness
+        groups, stats, finish, rng = self._collect_carry(
+            rng, version, self.run.cfg.train.prompts_per_step if admit else 0)
+        stats["rollout/admitted_groups"] = self.run.cfg.train.prompts_per_step if admit else 0
+        return groups, stats, finish, rng
+
+    def _collect_carry(self, rng, version: int, fresh: int):
+        """A call that samples `fresh` new prompt groups beside the carried samples, under
+        policy `version`, stops once prompts_per_step groups have finished, trains on the
+        oldest finished ones and carries the others (APRIL; asynchronous rollouts);
+        returns what `collect` does."""
         cfg, run = self.run.cfg, self.run
         target, n = cfg.train.prompts_per_step, self.first
         carry, decoded = self.carry, 0
         if carry.num_finished < target:
-            fresh = max(0, april.over_provision(target, cfg.rollout.over_provision)
-                        - len(carry.groups))
             while len(self.waiting) < fresh:
                 self.waiting.extend(next(self.data))
             examples, self.waiting = self.waiting[:fresh], self.waiting[fresh:]
@@ -168,13 +190,13 @@ class Collector:
             rng, key = jax.random.split(rng)
             out = self.sample(prompts, 1, key, stop_when=stop, max_new_tokens_per_row=budgets)
             decoded = int(out.stats["decode_tokens"])
-            ready, carry = april.join(carry, out if resumes else None, step)
+            ready, carry = april.join(carry, out if resumes else None, version)
             done, unfinished = april.split_finished(
-                out, fresh_prompts, [ex.reference for ex in examples], n, step,
+                out, fresh_prompts, [ex.reference for ex in examples], n, version,
                 start=len(resumes))
             ready, pending = ready + done, carry.groups + unfinished
-        else:  # enough finished groups carried over: no sampling this step
-            ready, carry = april.join(carry, None, step)
+        else:  # enough finished groups carried over: no sampling this call
+            ready, carry = april.join(carry, None, version)
             pending = carry.groups
         groups, self.carry = april.select(ready, pending, target, run.completion_len)
         rollouts, _ = april.to_rollouts(groups, run.completion_len)
@@ -182,7 +204,7 @@ class Collector:
         kept = Groups()
         for p, g in enumerate(groups):
             kept.add(g.prompt, [(rollouts, np.flatnonzero(rollouts.prompt_index == p), 0)])
-        stats = april.staleness(groups, step) | {
+        stats = april.staleness(groups, version) | {
             "april/decoded_tokens": decoded, "april/carry_groups": len(self.carry.groups),
             "april/carry_partial_rows": sum(row.finish == april.PARTIAL
                                             for g in self.carry.groups for row in g.rows)}

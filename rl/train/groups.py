@@ -34,20 +34,27 @@ class Groups:
     truncated: list[bool] = dataclasses.field(default_factory=list)
     rows: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (round, row)
     valid: list[bool] = dataclasses.field(default_factory=list)  # False: padding
+    # per row: the policy version (update count) that sampled each token
+    versions: list[np.ndarray] = dataclasses.field(default_factory=list)
 
     @property
     def num_groups(self) -> int:
         return len(self.prompts)
 
-    def add(self, prompt: list[int], parts) -> None:
+    def add(self, prompt: list[int], parts, version: int = 0) -> None:
         """Keeps one prompt's samples as a group: `parts` is [(rollouts, rows, round_)],
-        the `rows` of the Rollouts sampled in round `round_`."""
+        the `rows` of the Rollouts sampled in round `round_`, each token sampled by policy
+        `version` unless the Rollouts record their own (`Rollouts.versions`)."""
         gid = self.num_groups
         self.prompts.append(prompt)
         for rollouts, rows, round_ in parts:
             for r in rows:
                 self.completions.append(rollouts.completion(r))
                 self.logp.append(rollouts.logprobs[r, :rollouts.lengths[r]])
+                self.versions.append(
+                    np.full(int(rollouts.lengths[r]), version, np.int32)
+                    if rollouts.versions is None
+                    else np.asarray(rollouts.versions[r, :rollouts.lengths[r]], np.int32))
                 self.group_ids.append(gid)
                 self.truncated.append(rollouts.finish_reason[r] == "length")
                 self.rows.append((round_, int(r)))
@@ -61,7 +68,8 @@ class Groups:
         counts = np.bincount(np.asarray(self.group_ids, np.int64), minlength=self.num_groups)
         if counts.size and counts.max() > size:
             raise ValueError(f"a group has {counts.max()} rows, more than the group size {size}")
-        fields = ("completions", "logp", "group_ids", "truncated", "rows", "valid")
+        fields = ("completions", "logp", "group_ids", "truncated", "rows", "valid",
+                  "versions")
         old = {name: getattr(self, name) for name in fields}
         for name in fields:
             setattr(self, name, [])
@@ -72,6 +80,7 @@ class Groups:
             for _ in range(size - count):
                 self.completions.append([])
                 self.logp.append(np.zeros(0, np.float32))
+                self.versions.append(np.zeros(0, np.int32))
                 self.group_ids.append(gid)
                 self.truncated.append(False)
                 self.rows.append((-1, -1))

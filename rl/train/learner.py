@@ -14,9 +14,13 @@ prompt r // G; see `BATCH_KEYS`):
     completion    [N, C] int32  the generated tokens (targets), padded
     mask          [N, C] bool   real completion tokens (all False = padding row)
     advantages    [N, C] f32    per-token advantages (a per-sequence one broadcast)
-    old_logp      [N, C] f32    log π_old: the sampler's or recomputed (`score`)
+    old_logp      [N, C] f32    log π_old: the sampler's or recomputed (`score`);
+                                ignored with `proximal="interpolate"`
     ref_logp      [N, C] f32    log π_ref (only read when the KL is in the loss)
-    behavior_logp [N, C] f32    optional: sampler log-probs for truncated IS
+    behavior_logp [N, C] f32    optional: the sampler's log-probs, for the off-policy
+                                correction (`rl.off_policy`) and its metrics
+    versions      [N, C] int32  optional: the policy version (update count) that
+                                sampled each token, -1 = padding
 
 Log-probs are taken at `temperature` (the sampling temperature, as the
 sampler's log-probs are), only at completion positions. Each prompt is run
@@ -33,11 +37,16 @@ equal blocks, the last one zero-padded when needed (`chunk_layout`).
 group permutation per epoch when there is more than one minibatch), inside
 one compiled program.
 Metrics are means over those optimizer steps.
+
+`proximal="interpolate"` (`train.old_logp=interpolate`) takes π_old from
+`behavior_logp`, `versions` and `TrainState.step` (the proximal version), not
+`old_logp` (`rl.algorithms.off_policy.interpolate_proximal`; no forward pass).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +66,7 @@ from rl.algorithms.algorithm import Algorithm
 
 BATCH_KEYS = ("prompts", "prompt_lens", "completion", "mask", "advantages", "old_logp",
               "ref_logp")
-OPTIONAL_KEYS = ("behavior_logp",)
+OPTIONAL_KEYS = ("behavior_logp", "versions")
 GROUP_KEYS = ("prompts", "prompt_lens")  # one row per prompt group; the rest one per completion
 
 
@@ -257,14 +266,18 @@ class Learner:
     def __init__(self, config: ModelConfig, algorithm: Algorithm,
                  optimizer: optax.GradientTransformation,
                  sharding: ActivationSharding | None = None, *, epochs: int = 1,
-                 minibatches: int = 1, temperature: float = 1.0, logits_chunk: int = 256):
+                 minibatches: int = 1, temperature: float = 1.0, logits_chunk: int = 256,
+                 proximal: str = "given"):
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs and minibatches must be >= 1, got {epochs}, {minibatches}")
+        if proximal not in losses.PROXIMAL:  # where π_old comes from
+            raise ValueError(f"proximal must be 'given' or 'interpolate', got {proximal!r}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
         self.config, self.algorithm, self.optimizer = config, algorithm, optimizer
         self.sharding, self.epochs, self.minibatches = sharding, epochs, minibatches
         self.temperature, self.logits_chunk = temperature, logits_chunk
+        self.proximal = proximal
         self.kl_in_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward
         self.train_step = jax.jit(self._train_step, donate_argnums=0)
         self.score = jax.jit(self._logprobs)
@@ -316,8 +329,9 @@ class Learner:
                         batch["completion"], temperature=self.temperature,
                         logits_chunk=self.logits_chunk, sharding=self.sharding)
 
-    def loss(self, params, batch, rng) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """The algorithm's scalar loss on one minibatch and its metrics."""
+    def loss(self, params, batch, rng, version) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The algorithm's scalar loss on one minibatch and its metrics; `version` [] int32
+        is the learner's update count before this update (the proximal version)."""
         alg = self.algorithm
         logp, entropy = self._logprobs(params, batch)
         options = dict(alg.loss_options)
@@ -327,20 +341,22 @@ class Learner:
         is_fipo = alg.reweight == "fipo"
         return losses.compute(
             alg.loss, logp, batch["old_logp"], batch["advantages"], batch["mask"], rng,
-            behavior_logp=batch.get("behavior_logp"),
+            behavior_logp=batch.get("behavior_logp"), off_policy=alg.off_policy,
+            proximal=self.proximal, versions=batch.get("versions"), version=version,
             reweight="fipo" if is_fipo else None,
             reweight_options=alg.reweight_options if is_fipo else None,
             ref_logp=batch["ref_logp"] if self.kl_in_loss else None,
             kl_coef=alg.kl_coef if self.kl_in_loss else 0.0, kl_kind=alg.kl_kind,
             kl_clamp=alg.kl_clamp, entropy=entropy, entropy_coef=entropy_coef, **options)
 
-    def _minibatch_step(self, carry, inputs):
+    def _minibatch_step(self, carry, inputs, version):
         params, opt_state = carry
         mb, rng = inputs
         if self.sharding is not None:
             mb = {k: self.sharding.constrain(v, ("batch",) + (None,) * (v.ndim - 1))
                   for k, v in mb.items()}
-        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mb, rng)
+        (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mb, rng,
+                                                                          version)
         metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
@@ -352,6 +368,10 @@ class Learner:
         m = self.minibatches
         if p % m:
             raise ValueError(f"{p} prompt groups do not split into {m} minibatches")
+        missing = [k for k in ("behavior_logp", "versions") if k not in batch]
+        if self.proximal == "interpolate" and missing:
+            raise ValueError(f"proximal='interpolate' (train.old_logp=interpolate) needs "
+                             f"batch keys {missing}: π_old is interpolated from them")
         rng, key = jax.random.split(state.rng)
         perm_keys, loss_keys = jax.random.split(key)
         perm_keys = jax.random.split(perm_keys, self.epochs)
@@ -371,7 +391,8 @@ class Learner:
             else:
                 shuffled = batch
             mbs = {k: split(k, v) for k, v in shuffled.items()}
-            return jax.lax.scan(self._minibatch_step, carry, (mbs, step_keys))
+            step = functools.partial(self._minibatch_step, version=state.step)
+            return jax.lax.scan(step, carry, (mbs, step_keys))
 
         (params, opt_state), metrics = jax.lax.scan(
             epoch, (state.params, state.opt_state), (perm_keys, loss_keys))

@@ -32,7 +32,6 @@ position, warning counters, the reference policy's checksum).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -49,19 +48,14 @@ from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.train import evaluation
 from rl.train import learner as learner_lib
+from rl.train.asynchronous import Overlap, Staleness
 from rl.train.batch import assemble
 from rl.train.build import Run, export
 from rl.train.collect import Collector
 from rl.train.credit import Credit
 from rl.train.groups import Groups
 from rl.train.logs import RunLog
-
-ZERO_REWARD_STEPS = 10  # all-zero rewards over this many first steps -> a warning
-# a policy whose mean token entropy was once below STRUCTURED × ln V (ln V: a uniform
-# policy's) and is now above COLLAPSED × ln V has collapsed (a random init starts near
-# uniform and says nothing)
-COLLAPSED_ENTROPY, STRUCTURED_ENTROPY = 0.9, 0.6
-
+from rl.train.progress import Progress
 
 def in_memory(tree: Any, kind: str) -> Any:
     """`tree` with the same shardings in memory `kind` ("pinned_host" or "device")."""
@@ -84,7 +78,8 @@ class Trainer:
         self.learner = learner_lib.Learner(
             run.model_config, self.alg, optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
             minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
-            logits_chunk=min(cfg.train.logits_chunk, run.completion_len))
+            logits_chunk=min(cfg.train.logits_chunk, run.completion_len),
+            proximal="interpolate" if run.old_logp == "interpolate" else "given")
         self.ref_params = (jax.tree.map(jnp.copy, params) if self.alg.needs_reference
                            else None)
         # a resume rebuilds the reference from the config: this checks it is the same one
@@ -104,14 +99,16 @@ class Trainer:
         self.log = RunLog(workdir, cfg.train.steps, stream=stream, every=cfg.train.log_every,
                           tensorboard=cfg.train.tensorboard)
         self.warnings = sys.stderr if stream is None else stream
-        self.zero_reward_steps = 0  # consecutive steps from the start with every reward 0
-        self.empty_steps = 0        # steps whose dynamic sampling kept no group
-        self.collapsed_steps = 0    # steps whose policy was near uniform (COLLAPSED_ENTROPY)
-        self.entropy_min = None     # the lowest mean token entropy so far
+        self.progress = Progress(cfg, run.model_config.vocab_size, self.warnings)
         self.faults = Faults(cfg.fault)
         self.total_steps = cfg.train.steps
         self.checkpoint_config = checkpoint.config_dict(cfg)
         self.credit = Credit(self.alg, run.tree, self.rows, run.completion_len)
+        # rollout.mode one_step_off / async: the sampler runs ahead in a thread
+        self.version = 0  # steps done: the policy after step s is version s
+        self.call = 0     # the rollout call (batch) the running step trains on
+        self.overlap = Overlap(self) if cfg.rollout.mode != "sync" else None
+        self.staleness_cap = max(1, int(cfg.rollout.max_staleness))
         self.uses_js = (self.alg.reweight == "divergence_weighted"
                         and self.alg.reweight_options.get("divergence", "js") == "js")
 
@@ -127,40 +124,61 @@ class Trainer:
         self.rng, self.eval_rng = tree["rng"], tree["eval_rng"]
 
     def host_state(self) -> dict:
-        return self.collector.host_state() | {
-            "zero_reward_steps": self.zero_reward_steps, "empty_steps": self.empty_steps,
-            "collapsed_steps": self.collapsed_steps, "entropy_min": self.entropy_min,
-            "reference": self.ref_checksum}
+        rollout = (self.collector.host_state() if self.overlap is None
+                   else {"rollout": self.overlap.host_state(self.version)})
+        return rollout | self.progress.state() | {"version": self.version,
+                                                  "reference": self.ref_checksum}
 
     def set_host_state(self, host: dict) -> None:
         if host["reference"] != self.ref_checksum:
             raise checkpoint.CheckpointError(
                 "the reference policy rebuilt from the config differs from the one the "
                 "checkpointed run used (did the weights in model.hf_path or DIR/sft change?)")
-        self.collector.set_host_state(host)
-        self.zero_reward_steps, self.empty_steps = host["zero_reward_steps"], host["empty_steps"]
-        self.collapsed_steps = host.get("collapsed_steps", 0)  # absent before format 2
-        self.entropy_min = host.get("entropy_min")
+        self.version = int(host.get("version", int(self.state.step)))  # absent before 3
+        if self.overlap is None:
+            self.collector.set_host_state(host)
+        else:
+            self.overlap.set_host_state(host["rollout"])
+        self.progress.set_state(host)
 
     def data_state(self) -> dict:
-        return self.collector.data_state()
+        """Where the data goes on after the step that just ran (`rl.checkpoint.loop` skips
+        a failed step's batch with it): the iterator's position, or, with the sampler
+        ahead, the batch (call) to drop."""
+        if self.overlap is None:
+            return self.collector.data_state()
+        return {"drop": self.call}
 
     def set_data_state(self, state: dict) -> None:
-        self.collector.set_data_state(state)
+        if self.overlap is None:
+            self.collector.set_data_state(state)
+        else:
+            self.overlap.drop(int(state["drop"]))
+
+    def rolled_back(self, skips: dict) -> None:
+        """`rl.checkpoint.loop`'s rollback, after the state is restored: the batches the
+        replay will skip, known before the sampler starts again."""
+        if self.overlap is not None:
+            for position in skips.values():
+                if "drop" in position:
+                    self.overlap.drop(int(position["drop"]))
 
     # -- rollouts ---------------------------------------------------------------------------
     def _sample(self, prompts: list[list[int]], n: int, rng, **flat) -> sampling.Rollouts:
         """`n` samples of each prompt (flat, with `sampling.generate`'s `flat` options), or
         the tree's leaves (n unused)."""
         run, s = self.run_, self.cfg.sampling
+        # the rollout thread samples with the version its call started under
+        params, act = ((self.state.params, run.act) if self.overlap is None
+                       else (self.overlap.params, run.rollout_act))
         if run.tree is not None:
-            return sampling.tree_generate(run.model_config, self.state.params, prompts,
+            return sampling.tree_generate(run.model_config, params, prompts,
                                           run.tree, run.sampling_params, rng,
                                           decode=run.tokenizer.decode,
-                                          stop_text=run.stop_text, sharding=run.act)
-        return sampling.generate(run.model_config, self.state.params, prompts, n,
+                                          stop_text=run.stop_text, sharding=act)
+        return sampling.generate(run.model_config, params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
-                                 segment_len=s.segment_len, sharding=run.act, **flat)
+                                 segment_len=s.segment_len, sharding=act, **flat)
 
     def reference(self):
         """The reference params on the devices (None without a reference): a fresh device
@@ -171,60 +189,39 @@ class Trainer:
 
     # -- warnings -----------------------------------------------------------------------------
     def warn(self, text: str) -> None:
-        print(f"warning: {text}", file=self.warnings, flush=True)
+        self.progress.warn(text)
 
     def check_progress(self, step: int, metrics: dict) -> None:
-        """Warns when the run cannot learn: every reward 0 over its first steps, a step
-        whose dynamic sampling kept no group (its update is skipped), or a policy whose
-        token distribution has collapsed towards uniform (e.g. a learning rate far too
-        high: it samples noise and no update brings it back)."""
-        self.check_collapse(step, metrics.get("entropy"))
-        if self.zero_reward_steps == step - 1 and metrics.get("sampled/all_zero"):
-            self.zero_reward_steps = step
-            if step == min(ZERO_REWARD_STEPS, self.cfg.train.steps):
-                self.warn(
-                    f"every sampled completion scored 0 over the first {step} steps: with "
-                    "identical rewards every advantage is 0 and the policy does not change. "
-                    "Start from a policy that sometimes succeeds (train.warm_start=sft for "
-                    "procedural tasks, or model.hf_path), or make the task easier")
-        if metrics.get("batch/rows") == 0:
-            self.empty_steps += 1
-            if self.empty_steps == 1 or self.empty_steps % 10 == 0:
-                self.warn(
-                    f"step {step}: dynamic sampling kept no group ({self.empty_steps} such "
-                    f"steps so far): in all {metrics['dynamic/rounds']} rounds every prompt's "
-                    "samples scored alike (all right or all wrong), so there is nothing to "
-                    "learn and the update was skipped. Raise train.dynamic_max_rounds or "
-                    "sampling.n, or use a task nearer the policy's level")
-
-    def check_collapse(self, step: int, entropy: float | None) -> None:
-        """The collapse warning of `check_progress` (the first step, then every 50th)."""
-        if entropy is None:
-            return
-        uniform = math.log(self.run_.model_config.vocab_size)
-        lowest = entropy if self.entropy_min is None else min(self.entropy_min, entropy)
-        self.entropy_min = lowest
-        if lowest >= STRUCTURED_ENTROPY * uniform or entropy < COLLAPSED_ENTROPY * uniform:
-            return
-        self.collapsed_steps += 1
-        if self.collapsed_steps == 1 or self.collapsed_steps % 50 == 0:
-            self.warn(
-                f"step {step}: the policy's mean token entropy is {entropy:.2f} nats, "
-                f"{entropy / uniform:.0%} of a uniform distribution over its "
-                f"{self.run_.model_config.vocab_size} tokens, up from {lowest:.2f} "
-                f"({self.collapsed_steps} such steps so far): it has collapsed and samples "
-                f"noise. Lower optim.lr (now {self.cfg.optim.lr:g}) or raise "
-                "optim.warmup_steps, and start again")
+        """`rl.train.progress.Progress.check`: warns when the run cannot learn."""
+        self.progress.check(step, metrics)
 
     # -- one step -----------------------------------------------------------------------------
+    def collect(self, step: int) -> tuple[Groups, dict, Any]:
+        """The step's groups, rollout stats and the `finish()` that fills their rewards:
+        sampled now (sync), or the batch the rollout thread made ahead (rewards done)."""
+        if self.overlap is None:
+            self.call = step
+            groups, stats, finish_rewards, self.rng = self.collector.collect(step, self.rng)
+            return groups, stats, finish_rewards
+        groups, stats, _, self.call = self.overlap.take()
+        return groups, stats, lambda: None
+
+    def publish(self) -> None:
+        """The policy after this step is the next version (async: the sampler's)."""
+        self.version += 1
+        if self.overlap is not None:
+            self.overlap.publish(self.version, self.state.params)
+
     def step(self, step: int = 0) -> dict[str, float]:
         """One RL step (`step` numbers it for the warnings and `config.fault`)."""
         run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
-        groups, stats, finish_rewards, self.rng = self.collector.collect(step, self.rng)
+        self.version = step - 1  # the steps before this one
+        groups, stats, finish_rewards = self.collect(step)
         self.faults.after_rollout(step)
         if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
             finish_rewards()
+            self.publish()
             elapsed = time.perf_counter() - t0
             metrics = stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
                                "time/step": elapsed}
@@ -232,14 +229,14 @@ class Trainer:
             return metrics
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
-                        sampler_logp=groups.logp, row_valid=groups.valid)
+                        sampler_logp=groups.logp, row_valid=groups.valid,
+                        versions=groups.versions)
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())
         # dispatched first (asynchronously), so the device scores while the reward
         # workers finish; np.asarray below waits for the device
-        old_logp = (self.learner.score(self.state.params, sequences)[0]
-                    if self.run_.old_logp == "recompute" else seqs.sampler_logp)
+        old_logp = self.proximal(seqs, sequences)
         reference = self.reference()
         ref_logp = (self.learner.score(reference, sequences)[0]
                     if reference is not None else None)
@@ -250,20 +247,18 @@ class Trainer:
         finish_rewards()
         t_rewards = time.perf_counter()
         shaping = self.credit.shape_rewards(groups)
-        old_logp = to_host(old_logp)  # gathered from every process (a collective)
+        old_logp = self.fresh_from_sampler(seqs, to_host(old_logp))  # a collective
         ref_logp = np.zeros_like(old_logp) if ref_logp is None else to_host(ref_logp)
         t2 = time.perf_counter()
         adv, grad_mask, weight, kl_mean = self.credit(groups, seqs, old_logp, ref_logp,
                                                       step=step, divergence=divergence)
         if self.faults.poison(step):
             adv = np.where(grad_mask, np.float32("nan"), adv)
-        update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
-                  "ref_logp": ref_logp}
-        if self.run_.old_logp == "recompute" and self.alg.loss_options.get("tis_cap"):
-            update["behavior_logp"] = seqs.sampler_logp
-        batch = sequences | self.learner.place_arrays(update)
+        batch = sequences | self.learner.place_arrays(
+            self.update_inputs(seqs, grad_mask, adv, old_logp, ref_logp))
         learner_lib.check_batch(batch)
         self.state, learner_metrics = self.learner.train_step(self.state, batch)
+        self.publish()
         learner_metrics = to_host(learner_metrics)
         t3 = time.perf_counter()
 
@@ -271,6 +266,8 @@ class Trainer:
                    | self.credit.reweight_metrics(seqs, grad_mask, weight, divergence)
                    | self.learner_metrics(learner_metrics, kl_mean)
                    | batch_metrics(groups, adv, grad_mask))
+        if self.overlap is not None or cfg.rollout.april:
+            metrics |= Staleness.of(groups, self.version - 1).metrics(self.staleness_cap)
         metrics.update({
             "time/rollout": t1 - t0, "time/reference": t2 - t1, "time/update": t3 - t2,
             "time/reward_wait": t_rewards - t_wait,
@@ -278,6 +275,43 @@ class Trainer:
         })
         self.check_progress(step, metrics)
         return metrics
+
+    # -- the three log-prob streams -----------------------------------------------------------
+    def proximal(self, seqs, sequences):
+        """π_old (the proximal policy: the learner's before this update) per token, on the
+        device or host: a forward pass (`recompute`, and `recompute_stale` when a token
+        was sampled by an older version), else the sampler's log-probs (`sampler`, and
+        `interpolate`, which the learner replaces)."""
+        how = self.run_.old_logp
+        stale = bool(np.any(seqs.mask & (seqs.versions != self.version)))
+        if how == "recompute" or (how == "recompute_stale" and stale):
+            return self.learner.score(self.state.params, sequences)[0]
+        return seqs.sampler_logp
+
+    def fresh_from_sampler(self, seqs, old_logp: np.ndarray) -> np.ndarray:
+        """`recompute_stale`: a token sampled by the learner's own version keeps the
+        sampler's log-prob (it is the proximal policy's, to fp32 rounding: its behaviour
+        weight is exactly 1); the others keep the recomputed one."""
+        if self.run_.old_logp != "recompute_stale":
+            return old_logp
+        return np.where(seqs.versions == self.version, seqs.sampler_logp,
+                        old_logp).astype(np.float32)
+
+    def update_inputs(self, seqs, grad_mask, adv, old_logp, ref_logp) -> dict:
+        """The learner's per-token inputs: mask, advantages, π_old, π_ref, and, when the
+        behaviour policy may differ from π_old (another version, or filtered sampling),
+        the sampler's log-probs and each token's version (the off-policy correction)."""
+        update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
+                  "ref_logp": ref_logp}
+        if self.run_.old_logp != "sampler":
+            update["behavior_logp"] = seqs.sampler_logp
+            # the learner counts versions in updates (TrainState.step), the trainer in
+            # steps (a step whose batch kept nothing updates nothing): the same ages
+            updates = int(to_host(self.state.step))
+            update["versions"] = np.where(seqs.versions >= 0,
+                                          seqs.versions - self.version + updates,
+                                          -1).astype(np.int32)
+        return update
 
     def learner_metrics(self, learner_metrics: dict, kl_mean: float) -> dict[str, float]:
         """The update's metrics as learner/*, the headline ones also without the prefix,
@@ -324,6 +358,8 @@ class Trainer:
             return loop.fit(self, directory=os.path.join(self.workdir, "checkpoints"),
                             section=self.cfg.checkpoint, stream=self.warnings)
         finally:
+            if self.overlap is not None:
+                self.overlap.stop()
             self.log.close()
 
 

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl.algorithms import losses
+from rl.algorithms import losses, off_policy
 from rl.registry import RegistryError
+from tests.rl.algorithms import test_bapo, test_off_policy
 from tests.tolerances import fp32_atol
 
 # (agg, agg options): every documented aggregation, norm_length, agg_norm overrides
@@ -33,6 +34,9 @@ CONFIGS = {
     "nsr_decay_dual": ("nsr", dict(mode="decay", dual_clip=3.0, **_BOUNDS)),
     "cispo": ("cispo", {"eps_high": 0.28}),
     "cispo_low": ("cispo", {"eps_low": 0.2, "eps_high": 0.28}),
+    "bapo": ("bapo", {"target": 0.45, "low_step": 0.1, "high_step": 0.25}),
+    "bapo_high_first_paper": ("bapo", {"target": 0.6, "order": "high_first",
+                                       "measure": "paper", "dual_clip": 2.0}),
 }
 # documented option defaults (the loss signatures / module docstring)
 DEFAULTS = {"ppo": {"eps_low": 0.2, "eps_high": 0.2},
@@ -40,7 +44,8 @@ DEFAULTS = {"ppo": {"eps_low": 0.2, "eps_high": 0.2},
             "gspo_token": {"eps_low": 3e-4, "eps_high": 4e-4},
             "nsr": {"eps_low": 0.2, "eps_high": 0.28, "delta_low": 0.1, "delta_high": 0.1,
                     "keep_prob": 0.5, "mode": "stochastic"},
-            "cispo": {"eps_low": None, "eps_high": 0.28}}
+            "cispo": {"eps_low": None, "eps_high": 0.28},
+            "bapo": test_bapo.PAPER}
 # ratio centres, jittered by ±1%: never within 1% of a clip/band/dual boundary above
 CENTERS = (0.3, 0.65, 0.75, 0.9, 1.0, 1.1, 1.24, 1.33, 1.5, 4.0)
 CENTER_P = (0.08, 0.08, 0.14, 0.08, 0.08, 0.08, 0.08, 0.14, 0.08, 0.16)  # nsr band, dual: more
@@ -143,26 +148,28 @@ def ref_token_loss(name, logp, old, adv, mask, keep=None, *, eps_low=None, eps_h
 
 
 def ref_compute(name, logp, old, adv, mask, keep=None, *, agg=None, agg_norm=None,
-                norm_length=None, behavior_logp=None, tis_cap=2.0, tis_mode="truncate",
+                norm_length=None, behavior_logp=None, off_policy=None,
                 ref_logp=None, kl_coef=0.0, kl_kind="k3", kl_clamp=None, entropy=None,
                 entropy_coef=0.0, **options):
-    """(loss, d loss/d logp [N,T], metrics) of rl.algorithms.losses.compute, in float64."""
+    """(loss, d loss/d logp [N,T], metrics) of rl.algorithms.losses.compute, in float64.
+    `off_policy`: (correction, level, cap, floor) of test_off_policy.ref_correct."""
     logp, old = np.float64(logp), np.float64(old)
     mask = np.asarray(mask, bool)
+    metrics = {}
+    is_w = np.ones(mask.shape)
+    if behavior_logp is not None:
+        is_w, mask, metrics = test_off_policy.ref_correct(
+            *(off_policy or ("", "token", 2.0, None)), old, behavior_logp, logp, mask)
     adv = np.float64(adv)
     adv = np.where(mask, adv[:, None] if adv.ndim == 1 else adv, 0.0)
     agg = agg or ("seq_mean_token_mean" if name.startswith("gspo") else "token_mean")
     agg_kw = {"agg_norm": agg_norm, "norm_length": norm_length}
     weights = ref_agg_weights(mask, agg, **agg_kw)
-    loss, d_loss, ind = ref_token_loss(name, logp, old, adv, mask, keep, **options)
-    metrics = {}
-    is_w = np.ones(mask.shape)
-    if behavior_logp is not None:
-        raw = np.exp(old - np.float64(behavior_logp))
-        is_w = np.minimum(raw, tis_cap) if tis_mode == "truncate" else np.where(
-            raw > tis_cap, 0.0, raw)
-        metrics.update(tis_weight_mean=_masked_mean(is_w, mask),
-                       tis_clip_frac=_masked_mean(raw > tis_cap, mask))
+    if name == "bapo":
+        loss, d_loss, ind = test_bapo.ref_token_loss(logp, old, adv, mask, **options)
+        metrics.update({k: v for k, v in ind.items() if k.startswith("bapo_")})
+    else:
+        loss, d_loss, ind = ref_token_loss(name, logp, old, adv, mask, keep, **options)
     pg = ref_aggregate(loss * is_w, mask, agg, **agg_kw)
     grad = weights * is_w * d_loss
     if name == "gspo":  # every token of row i moves s_i: d s_i / d logp_{i,t} = s_i M / |y_i|
@@ -257,21 +264,26 @@ def test_aggregate_matches_reference(agg, agg_kw):
     assert float(empty) == 0.0
 
 
-@pytest.mark.parametrize("tis_mode", ["truncate", "mask"])
-@pytest.mark.parametrize("config", ["ppo", "gspo", "cispo"])
-def test_truncated_importance_sampling(config, tis_mode):
+@pytest.mark.parametrize("correction", ["", "tis", "mis"])
+@pytest.mark.parametrize("config", ["ppo", "gspo", "cispo", "bapo"])
+def test_off_policy_correction(config, correction):
+    # token level (the levels themselves: test_off_policy.py); mis also changes the
+    # mask every loss and aggregation sees
     name, options = CONFIGS[config]
     logp, old, adv, mask = make_batch(11, token_adv=True)
     rng = np.random.default_rng(12)
-    is_ratio = rng.choice([0.5, 0.9, 1.0, 1.5, 2.5, 4.0], mask.shape)  # cap 2.0: no ties
+    is_ratio = rng.choice([0.3, 0.9, 1.0, 1.5, 2.5, 4.0], mask.shape)  # [1/2, 2]: no ties
     behavior = np.float32(old - np.log(is_ratio))
-    kw = dict(behavior_logp=behavior, tis_cap=2.0, tis_mode=tis_mode, **options)
-    value, grad, metrics = jax_compute(name, logp, old, adv, mask, **kw)
-    want, want_grad, want_metrics = ref_compute(name, logp, old, adv, mask, **kw)
+    c = off_policy.Correction(correction)
+    value, grad, metrics = jax_compute(name, logp, old, adv, mask, behavior_logp=behavior,
+                                       off_policy=c, **options)
+    want, want_grad, want_metrics = ref_compute(
+        name, logp, old, adv, mask, behavior_logp=behavior,
+        off_policy=(correction, "token", 2.0, None), **options)
     np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
     check_metrics(metrics, want_metrics)
-    assert 0 < want_metrics["tis_clip_frac"] < 1
+    assert (0 < want_metrics["corrected_frac"] < 1) == bool(correction)
 
 
 @pytest.mark.parametrize("kl_clamp", [None, 0.5])
@@ -338,7 +350,8 @@ def test_all_masked_batch_is_finite_and_zero(config):
         assert value == 0.0
         np.testing.assert_array_equal(grad, 0.0)
         assert all(np.isfinite(v) for v in metrics.values()), metrics
-        assert all(v == 0.0 for v in metrics.values()), metrics
+        # bapo's bounds stay at their start (share 1: no negative tokens to balance)
+        assert all(v == 0.0 for k, v in metrics.items() if not k.startswith("bapo_")), metrics
 
 
 def test_log_ratio_is_clamped_at_20():

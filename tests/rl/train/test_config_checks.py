@@ -38,9 +38,21 @@ BAD = [
     ({"fault.enabled": True, "fault.process": 1},
      "fault.process must be -1 (every process) or a process index in [0, 1), got 1"),
     ({"train.warm_start": "rl"}, "train.warm_start must be one of"),
-    ({"train.old_logp": "recompute", "sampling.top_p": 0.9}, "needs rl.loss.tis_cap"),
-    ({"train.old_logp": "recompute", "sampling.top_k": 5}, "needs rl.loss.tis_cap"),
-    ({"train.old_logp": "recompute", "sampling.min_p": 0.1}, "needs rl.loss.tis_cap"),
+    ({"train.old_logp": "recompute", "sampling.top_p": 0.9},
+     "needs rl.off_policy.correction=tis or mis"),
+    ({"train.old_logp": "recompute", "sampling.top_k": 5},
+     "needs rl.off_policy.correction=tis or mis"),
+    ({"train.old_logp": "recompute", "sampling.min_p": 0.1, "rl.off_policy.correction": ""},
+     "needs rl.off_policy.correction=tis or mis"),
+    ({"train.old_logp": "interpolate", "sampling.top_p": 0.9},
+     "train.old_logp=interpolate needs top_k/top_p/min_p off"),
+    ({"rl.off_policy.correction": "truncate"}, "rl.off_policy.correction must be"),
+    ({"rl.off_policy.level": "row"}, "rl.off_policy.level must be one of"),
+    ({"rl.off_policy.cap": -1.0}, "rl.off_policy.cap must be > 0"),
+    ({"rl.off_policy.correction": "tis", "rl.off_policy.floor": 3.0},
+     "rl.off_policy.floor (3) must be < rl.off_policy.cap (2)"),
+    ({"rl.loss.name": "bapo", "train.minibatches": 2, "rl.loss.high_max": 1.1},
+     "high_start <= high_max"),
     # a clip, dual clip, NSR band, FIPO weight or GSPO ratio with one on-policy update
     ({"rl.loss.eps_high": 0.28}, "rl.loss.eps_high set with train.epochs × train.minibatches"),
     ({"rl.loss.dual_clip": 10.0}, "rl.loss.dual_clip set with"),
@@ -48,6 +60,7 @@ BAD = [
     ({"rl.loss.name": "gspo_token"}, "rl.loss.name=gspo_token set with"),
     ({"rl.loss.name": "nsr"}, "rl.loss.name=nsr set with"),
     ({"rl.loss.name": "cispo"}, "rl.loss.name=cispo set with"),
+    ({"rl.loss.name": "bapo"}, "rl.loss.name=bapo set with"),
     ({"rl.reweight.name": "fipo"}, "rl.reweight.name=fipo set with"),
     # the tree decodes at most segment_len × max_depth tokens: never past max_new_tokens
     ({"sampling.sampler": "tree", "rl.advantage.name": "tree", "sampling.tree.segment_len": 16,
@@ -93,6 +106,7 @@ def test_sft_needs_a_procedural_task(tmp_path):
 def test_more_than_one_update_lets_the_clip_settings_through():
     for overrides in ({"rl.loss.eps_high": 0.28, "train.minibatches": 2},
                       {"rl.loss.name": "gspo", "train.epochs": 2},
+                      {"rl.loss.name": "bapo", "train.minibatches": 2},
                       {"rl.reweight.name": "fipo", "train.minibatches": 2}):
         build.resolve(small_config(**overrides))
 
@@ -257,3 +271,13 @@ def test_old_logp_auto_follows_the_model_dtype(dtype, want):
     assert run.old_logp == want
     explicit = build.resolve(small_config(**{"model.dtype": dtype, "train.old_logp": "sampler"}))
     assert explicit.old_logp == "sampler"
+
+
+def test_off_policy_correction_lets_filtered_sampling_recompute():
+    for correction in ("tis", "mis"):
+        run = build.resolve(small_config(**{"train.old_logp": "recompute",
+                                            "sampling.top_p": 0.9,
+                                            "rl.off_policy.correction": correction}))
+        assert run.algorithm.off_policy.kind == correction
+    run = build.resolve(small_config(**{"train.old_logp": "interpolate"}))
+    assert run.old_logp == "interpolate"

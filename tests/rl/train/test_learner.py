@@ -1,6 +1,8 @@
 """rl.train.learner: chunked token log-probs, the update against a hand-written step,
 epochs/minibatches, donation, schedules, and mesh (2×2×2) == one device."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,7 @@ import models
 from configs import base
 from models import sharding
 from rl.algorithms import algorithm as algorithm_lib
-from rl.algorithms import losses
+from rl.algorithms import losses, off_policy
 from rl.train import learner as learner_lib
 from tests.tolerances import fp32_atol
 
@@ -206,6 +208,57 @@ def test_train_step_equals_hand_written_update():
         # Adam normalises each grad element, so a rounding-level grad difference
         # (shared-prefix vs per-row forward) can move a param by ~1e-3 of lr
         np.testing.assert_allclose(a, b, atol=3e-6)
+
+
+@pytest.mark.parametrize("proximal", ["given", "interpolate"])
+def test_off_policy_batch_equals_hand_written_loss(proximal):
+    # behaviour log-probs and token versions reach the loss with the learner's version
+    # (TrainState.step before the update: 3 here, so tokens 0..3 versions old get
+    # α = 3/4 .. 0); with "interpolate" batch["old_logp"] is not read
+    alg = make_algorithm(**{"off_policy.correction": "tis", "off_policy.level": "geometric"})
+    learner = learner_lib.Learner(CONFIG, alg, learner_lib.make_optimizer(
+        1e-3, total_steps=10), temperature=0.9, proximal=proximal)
+    params = models.init(CONFIG, jax.random.key(7))
+    batch = make_batch(seed=8)
+    rng = np.random.RandomState(9)
+    batch["behavior_logp"] = (batch["old_logp"] + rng.randn(*batch["mask"].shape) * 0.3
+                              ).astype(np.float32)
+    batch["versions"] = np.where(batch["mask"], rng.randint(0, 4, batch["mask"].shape),
+                                 -1).astype(np.int32)
+    state = learner.init_state(jax.tree.map(jnp.copy, params), jax.random.key(3))
+    state = dataclasses.replace(state, step=state.step + 3)
+    _, metrics = learner.train_step(state, learner.place(batch))
+
+    def loss_fn(p):
+        logp, _ = reference_logprobs(p, batch, 0.9)
+        old = (batch["old_logp"] if proximal == "given" else off_policy.interpolate_proximal(
+            batch["behavior_logp"], logp, batch["versions"], jnp.int32(3)))
+        return losses.compute("ppo", logp, old, batch["advantages"], batch["mask"],
+                              behavior_logp=batch["behavior_logp"], off_policy=alg.off_policy,
+                              ref_logp=batch["ref_logp"], kl_coef=0.04, kl_kind="k3")
+
+    want_loss, want = jax.jit(loss_fn)(params)
+    # shared-prefix vs per-row forward: other orders; longest: mlp, vocab or the batch's tokens
+    n = max(CONFIG.mlp_dim, CONFIG.vocab_size, batch["prompts"].size + batch["completion"].size)
+    for key in ("loss", "is_weight_mean", "kl_behavior_current", "ratio_mean"):
+        np.testing.assert_allclose(metrics[key], want[key], atol=fp32_atol(want[key], n),
+                                   rtol=0, err_msg=key)
+    assert float(metrics["corrected_frac"]) == float(want["corrected_frac"])
+
+
+def test_interpolate_needs_behaviour_and_versions():
+    with pytest.raises(ValueError, match="proximal must be 'given' or 'interpolate'"):
+        learner_lib.Learner(CONFIG, make_algorithm(), optax.sgd(0.1), proximal="recompute")
+    learner = learner_lib.Learner(CONFIG, make_algorithm(), optax.sgd(0.1),
+                                  proximal="interpolate")
+    state = learner.init_state(models.init(CONFIG, jax.random.key(0)), jax.random.key(1))
+    batch = make_batch()
+    batch["behavior_logp"] = batch["old_logp"]
+    with pytest.raises(ValueError, match="needs batch keys \\['versions'\\]"):
+        learner.train_step(state, learner.place(batch))
+    batch["versions"] = np.zeros((3, 3), np.int32)
+    with pytest.raises(ValueError, match="batch\\['versions'\\] has shape"):
+        learner.place(batch)
 
 
 def test_state_is_donated_and_epochs_times_minibatches_steps():

@@ -136,7 +136,8 @@ def test_every_variant_trains_two_steps_and_its_mechanism_acts(tmp_path, variant
     # a format check random text passes about half the time: rewards differ within
     # groups, so every variant (DAPO's filter included) has a batch to learn from
     cfg = small_config(variant, **{"train.steps": 2, "train.eval_every": 0,
-                                   "train.old_logp": "recompute", "rl.loss.tis_cap": 2.0,
+                                   "train.old_logp": "recompute",
+                                   "rl.off_policy.correction": "tis",
                                    "rl.reward.name": "format",
                                    "rl.reward.pattern": ".*[a-z].*"},
                        **VARIANT_OVERRIDES.get(variant, {}))
