@@ -252,9 +252,10 @@ def rollout_section() -> ml_collections.ConfigDict:
     r = ml_collections.ConfigDict()
     # sync: each step samples, then learns | one_step_off: the sampler makes the next
     # step's batch with the policy one version behind while the learner trains |
-    # async: the sampler runs rollout.max_staleness versions ahead, stops each call once
-    # prompts_per_step groups have finished and carries the unfinished samples into the
-    # next call, under the newer policy (docs/training.md, "Asynchronous rollouts")
+    # async: the sampler runs rollout.max_staleness versions ahead with
+    # rollout.over_provision × prompts_per_step groups in flight, stops each call once
+    # prompts_per_step groups have finished and carries the others into the next call,
+    # under the newer policy (docs/training.md, "Asynchronous rollouts")
     r.mode = "sync"
     # async: η, how many policy versions the sampler runs behind the learner (a batch's
     # prompts start once the learner has reached its step - 1 - η); no new prompt is
@@ -269,7 +270,8 @@ def rollout_section() -> ml_collections.ConfigDict:
     # the unfinished samples (with the log-probs of the policy that sampled each token)
     # and the surplus finished groups to the next step
     r.april = False
-    r.over_provision = 2.0  # APRIL: groups in flight per step / prompts_per_step (>= 1)
+    # APRIL and rollout.mode=async: groups in flight per call / prompts_per_step (>= 1)
+    r.over_provision = 2.0
     return r
 
 

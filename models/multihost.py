@@ -63,9 +63,7 @@ def _gather_whole(x: jax.Array) -> np.ndarray:
     """The whole of `x` on every process, by a copy replicated over its own devices (a
     collective over those devices only)."""
     if isinstance(x.sharding, NamedSharding):
-        whole = jax.jit(lambda a: a, out_shardings=NamedSharding(x.sharding.mesh,
-                                                                 PartitionSpec()))(x)
-        return np.asarray(whole.addressable_data(0))
+        return np.asarray(_gather_on_devices(x).addressable_data(0))
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
@@ -86,13 +84,24 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(_leaf_to_host, tree)
 
 
-def _leaf_put(x, sharding):
-    if jax.process_count() == 1 or isinstance(x, np.ndarray | np.generic):
+def _from_host(x: np.ndarray, sharding) -> jax.Array:
+    """A global array of host value `x` (the same in every process): each process puts
+    its own devices' shards. No collective: `jax.device_put` would first check that
+    every process holds the same value, over every device."""
+    if sharding.is_fully_addressable:
         return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _leaf_put(x, sharding):
+    if jax.process_count() == 1:
+        return jax.device_put(x, sharding)
+    if isinstance(x, np.ndarray | np.generic):
+        return _from_host(np.asarray(x), sharding)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed PRNG keys
         data = _leaf_put(_leaf_to_host(jax.random.key_data(x)), sharding)
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-    return jax.device_put(_leaf_to_host(x), sharding)
+    return _from_host(_leaf_to_host(x), sharding)
 
 
 def put(tree: Any, shardings: Any) -> Any:
@@ -100,6 +109,33 @@ def put(tree: Any, shardings: Any) -> Any:
     processes: a value that lives on this process's devices (or in host memory, the
     same in every process) goes through numpy, the form `device_put` accepts there."""
     return jax.tree.map(_leaf_put, tree, shardings)
+
+
+def _reshard_leaf(x: jax.Array, sharding: NamedSharding) -> jax.Array:
+    if x.is_fully_addressable or x.sharding.device_set == sharding.device_set:
+        return jax.device_put(x, sharding)
+    # spans processes, onto other devices: JAX moves data between processes only within one
+    # device set, so the whole array is first replicated over its own devices (a
+    # collective there), then each process copies the target's shards from its own copy
+    whole = _gather_on_devices(x)
+    local = whole.addressable_data(0)
+    shards = [jax.device_put(local[index], device) for device, index
+              in sharding.addressable_devices_indices_map(x.shape).items()]
+    return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
+
+
+def _gather_on_devices(x: jax.Array) -> jax.Array:
+    """`x` replicated over the devices of its own mesh (a collective over them)."""
+    return jax.jit(lambda a: a, out_shardings=NamedSharding(x.sharding.mesh,
+                                                            PartitionSpec()))(x)
+
+
+def reshard(tree: Any, shardings: Any) -> Any:
+    """`jax.device_put(tree, shardings)`, also onto devices other than the arrays' own when
+    they span processes (asynchronous rollouts move each policy version from the learner's
+    devices to the sampler's): per leaf, a copy replicated over the source devices (each
+    leaf alone, so the largest leaf bounds the extra memory), then local device copies."""
+    return jax.tree.map(_reshard_leaf, tree, shardings)
 
 
 def allgather_rows(row: np.ndarray) -> np.ndarray:

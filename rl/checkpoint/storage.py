@@ -11,6 +11,8 @@ import logging
 import os
 import shutil
 
+from absl import flags
+
 from models import paths
 
 
@@ -93,3 +95,11 @@ def free_bytes(directory: str) -> int | None:
 def size_text(n: int) -> str:
     """`n` bytes as MiB or GiB, for messages."""
     return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+
+
+def orbax_coordination_barriers() -> None:
+    """Orbax's barriers through JAX's coordination service instead of a collective over
+    every device. With two threads running programs on two sets of devices (asynchronous
+    rollouts on a sampler mesh of their own), a checkpoint's all-device collective in one
+    thread could meet the other thread's programs in another order in each process."""
+    flags.FLAGS["experimental_orbax_use_distributed_barrier"].value = True

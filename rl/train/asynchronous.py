@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models import multihost
 from models import sharding as sharding_lib
 from rl.train.groups import Groups
 from rl.train.pipeline import Pipeline, Produced, Weights
@@ -93,9 +94,14 @@ class Overlap:
         self.shardings = sharding_lib.param_shardings(run.model_config, self.act.mesh,
                                                       run.rules)
         self.weights = Weights()
+        devices = None if self.shared_devices else list(self.act.mesh.devices.flat)
+        # the calls the final checkpoint holds too (the lag's worth past the last step):
+        # a rerun with more steps then continues with the versions a longer run has
         self.pipeline = Pipeline(self._produce, self.weights, self.lag,
-                                 last_call=lambda: trainer.total_steps + len(
-                                     self.pipeline.dropped))
+                                 last_call=lambda: trainer.total_steps + self.lag + len(
+                                     self.pipeline.dropped),
+                                 context=lambda: multihost.scope(devices),
+                                 threaded=multihost.process_count() == 1)
         self.rng = np.asarray(jax.random.key_data(trainer.rng))  # the sampler's key data
         self.started = False
         self.restore: dict | None = None  # a restored rollout state, started lazily
@@ -156,8 +162,14 @@ class Overlap:
         if self.shared_devices:
             moved = jax.tree.map(jnp.copy, params)
         else:
-            moved = jax.device_put(params, self.shardings)
+            moved = multihost.reshard(params, self.shardings)
         self.weights.publish(version, moved)
+
+    def pump(self) -> None:
+        """With several processes, the calls the latest computed version allows, made now
+        (after the update is dispatched: they run while it does). One process: nothing."""
+        self._ensure_started()
+        self.pipeline.pump(self.trainer.version - 1)
 
     def drop(self, call: int) -> None:
         """Batch `call` is skipped (its step failed): registered before the thread

@@ -203,6 +203,7 @@ def check_async(cfg, tree: bool) -> None:
                          "use one of them")
     name = cfg.data.selector.name
     if r.mode == "async" and r.max_staleness > 0:
+        april.over_provision(cfg.train.prompts_per_step, r.over_provision)
         for on, what in ((tree, "sampling.sampler=tree"),
                          (cfg.train.dynamic_sampling, "train.dynamic_sampling"),
                          (name != "uniform", f"data.selector.name={name}")):

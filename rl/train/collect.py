@@ -157,15 +157,20 @@ class Collector:
 
     def collect_async(self, rng, version: int, max_staleness: int):
         """One call of `rollout.mode=async` under policy `version` (what `collect`
-        returns): it admits `prompts_per_step` new prompt groups unless a carried sample
-        began more than `max_staleness` versions before `version` (then it only continues
-        the carried ones), stops once `prompts_per_step` groups have finished, and carries
-        the rest (their next tokens come from the next call's, newer, policy)."""
+        returns): it tops the groups in flight up to ceil(prompts_per_step ×
+        rollout.over_provision) with new prompts, unless a carried sample began more than
+        `max_staleness` versions before `version` (then it only continues the carried
+        ones), stops once `prompts_per_step` groups have finished, and carries the rest
+        (their next tokens come from the next call's, newer, policy)."""
+        cfg = self.run.cfg
         oldest = min((g.born for g in self.carry.groups if not g.finished), default=version)
-        admit = version - oldest <= max_staleness
-        groups, stats, finish, rng = self._collect_carry(
-            rng, version, self.run.cfg.train.prompts_per_step if admit else 0)
-        stats["rollout/admitted_groups"] = self.run.cfg.train.prompts_per_step if admit else 0
+        fresh = 0
+        if version - oldest <= max_staleness:
+            fresh = max(0, april.over_provision(cfg.train.prompts_per_step,
+                                                cfg.rollout.over_provision)
+                        - len(self.carry.groups))
+        groups, stats, finish, rng = self._collect_carry(rng, version, fresh)
+        stats["rollout/admitted_groups"] = fresh
         return groups, stats, finish, rng
 
     def _collect_carry(self, rng, version: int, fresh: int):

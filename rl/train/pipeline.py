@@ -25,12 +25,20 @@ rollout's host state right after the call (data position, carry, PRNG key). A ch
 taken at the end of step n holds the batches produced for the steps after n and the
 state after the last of them (`capture`): the calls up to n + lag need versions up to
 n - 1 only, so they are always complete or completable without waiting for the learner.
+The inline pipeline (`threaded=False`, used with several processes) makes the same calls
+in the learner's thread: `pump` after each update is dispatched, so a call's programs run
+on the sampler's devices while the update runs on the learner's. Multi-controller JAX
+numbers every program launch of a process with one counter, which must agree across the
+processes: two threads would launch in a different order in each process, and their
+collectives would wait for ever. The calls, their versions and the results are the same.
+
 An error in the thread is raised by the learner's next `take` (the step fails and is
 rolled back; the trainer then restarts the pipeline from the restored state).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -110,13 +118,20 @@ def call_version(call: int, lag: int, dropped: frozenset[int] | set[int],
 
 
 class Pipeline:
-    """Runs `produce` for calls next_call, next_call + 1, ... in a thread (module doc)."""
+    """Runs `produce` for calls next_call, next_call + 1, ... in a thread, or, `threaded`
+    False, when the learner asks (module doc)."""
 
     def __init__(self, produce: Callable[[int, Any, int], Produced], weights: Weights,
-                 lag: int, *, last_call: Callable[[], int]):
+                 lag: int, *, last_call: Callable[[], int],
+                 context: Callable[[], contextlib.AbstractContextManager]
+                 = contextlib.nullcontext, threaded: bool = True):
         if lag < 0:
             raise ValueError(f"lag must be >= 0, got {lag}")
         self.produce, self.weights, self.lag = produce, weights, lag
+        # False: no thread; the learner makes the calls itself (`take`, `pump`), in the
+        # same order and under the same versions
+        self.threaded = threaded
+        self.context = context  # entered by the thread (e.g. its devices' host collectives)
         self.last_call = last_call  # the last call to make (the run's steps + dropped)
         self._cond = threading.Condition()
         self._ready: dict[int, Produced] = {}   # calls made and not yet taken
@@ -142,10 +157,42 @@ class Pipeline:
             self._states = {next_call - 1: state}
             self.dropped, self.next_call, self.taken = set(dropped), next_call, taken
             self.floor, self.first_call = floor, next_call
-        self._thread = threading.Thread(target=self._run, name="rollout", daemon=True)
-        self._thread.start()
+        if self.threaded:
+            self._thread = threading.Thread(target=self._run, name="rollout", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
+        with self.context():
+            self._calls()
+
+    def _make(self, call: int) -> None:
+        """Makes call `call` in this thread (the inline pipeline): its version must be
+        published already."""
+        version = self.version_of(call)
+        if version not in self.weights.held():
+            raise RuntimeError(f"call {call} needs policy version {version}, which the "
+                               f"learner has not published (held: {self.weights.held()})")
+        params = self.weights.get(version)
+        self.weights.release(version)
+        started = time.perf_counter()
+        with self.context():
+            out = self.produce(call, params, version)
+        out.started, out.ended = started, time.perf_counter()
+        self._ready[call] = out
+        self._states[call] = out.state
+        self.next_call = call + 1
+
+    def pump(self, version: int) -> None:
+        """The inline pipeline's calls that need no version newer than `version` (the
+        learner's latest computed one): made now, while the learner's newest update may
+        still run on its devices (JAX dispatches asynchronously). Threaded: nothing."""
+        if self.threaded:
+            return
+        while (self.next_call <= self.last_call()
+               and self.version_of(self.next_call) <= version):
+            self._make(self.next_call)
+
+    def _calls(self) -> None:
         try:
             while True:
                 with self._cond:
@@ -184,7 +231,12 @@ class Pipeline:
 
     # -- the learner's side ---------------------------------------------------------------------
     def _wait(self, call: int) -> None:
-        """Blocks until call `call` is made (its state known); raises the thread's error."""
+        """Blocks until call `call` is made (its state known); raises the thread's error.
+        Inline: makes the calls up to it."""
+        if not self.threaded:
+            while call not in self._states and call not in self._ready:
+                self._make(self.next_call)
+            return
         with self._cond:
             while call not in self._states and call not in self._ready:
                 if self._error is not None:

@@ -42,10 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import sampling
+from models import multihost
 from models.multihost import to_host
 from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
+from rl.checkpoint.storage import orbax_coordination_barriers
 from rl.train import evaluation
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
@@ -259,6 +261,8 @@ class Trainer:
         learner_lib.check_batch(batch)
         self.state, learner_metrics = self.learner.train_step(self.state, batch)
         self.publish()
+        if self.overlap is not None:
+            self.overlap.pump()  # several processes: the sampler's calls, during the update
         learner_metrics = to_host(learner_metrics)
         t3 = time.perf_counter()
 
@@ -350,13 +354,23 @@ class Trainer:
         if step == self.total_steps:
             self.export("final")
 
+    def learner_devices(self) -> list | None:
+        """The devices of this thread's host collectives: the learner's when the sampler
+        has devices of its own and runs at the same time (`models.multihost.scope`)."""
+        if self.overlap is None or self.overlap.shared_devices:
+            return None
+        return list(self.run_.mesh.devices.flat)
+
     def run(self) -> dict:
         """All steps (resumed from DIR/checkpoints when it has any; `rl.checkpoint.loop.fit`).
         Returns {"before", "after"} held-out metrics plus "resumed_from" (a step) and
         "finished" (the checkpoints were already at `train.steps`: nothing ran)."""
+        if self.learner_devices() is not None and multihost.process_count() > 1:
+            orbax_coordination_barriers()
         try:
-            return loop.fit(self, directory=os.path.join(self.workdir, "checkpoints"),
-                            section=self.cfg.checkpoint, stream=self.warnings)
+            with multihost.scope(self.learner_devices()):
+                return loop.fit(self, directory=os.path.join(self.workdir, "checkpoints"),
+                                section=self.cfg.checkpoint, stream=self.warnings)
         finally:
             if self.overlap is not None:
                 self.overlap.stop()

@@ -2,6 +2,7 @@
 
     python -m launch.train --config=tests/launch/multiprocess_config.py:flat --workdir=DIR
     python -m launch.train --config=tests/launch/multiprocess_config.py:tree --workdir=DIR
+    python -m launch.train --config=tests/launch/multiprocess_config.py:async --workdir=DIR
 
 The suite's very small model (tests/rl/fault_config.py) with 4 prompts a step (so each
 of 2 processes reads 2), a KL penalty (a reference model), a held-out eval at the end,
@@ -37,7 +38,14 @@ def get_config(arg: str = "flat"):
         cfg.sampling.tree.leaves_per_prompt = 4
         cfg.sampling.tree.first_branching = "2"
         cfg.rl.advantage.name = "tree"
+    elif arg == "async":
+        # the sampler on 4 devices of its own (2 per process: data 2 × tensor 2), the
+        # learner on the other 4 (fsdp 2 × tensor 2), both spanning the two processes;
+        # the sampler one policy version ahead, unfinished samples carried (2 segments)
+        cfg.mesh.data, cfg.mesh.rollout_devices = 1, 4
+        cfg.rollout.mode, cfg.rollout.max_staleness = "async", 1
+        cfg.sampling.page_size = cfg.sampling.segment_len = 4
     elif arg != "flat":
-        raise ValueError(f"unknown argument {arg!r} (flat, tree)")
+        raise ValueError(f"unknown argument {arg!r} (flat, tree, async)")
     cfg.lock()
     return cfg

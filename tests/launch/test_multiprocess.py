@@ -102,3 +102,33 @@ def test_explicit_flags_are_checked_before_compute(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --coordinator, --process_id missing: a multi-process run needs "
         "--coordinator, --num_processes and --process_id together")
+
+
+def test_two_processes_run_the_asynchronous_schedule_of_one(tmp_path):
+    """rollout.mode=async with the sampler on 4 devices of its own (2 per process) and the
+    learner on the other 4: one process runs the sampler in a thread, two run the same
+    calls in the trainer's thread (`rl.train.pipeline`'s inline pipeline: every process
+    must launch its programs in one order). Same versions, same batches: equal to the
+    one-process run bit for bit here (3 steps, no cross-process sum differs), and a rerun
+    with one more step resumes from the two processes' checkpoint with the batches made
+    ahead."""
+    single, multi = tmp_path / "one", tmp_path / "two"
+    one_process("async", single)
+    two_processes("async", multi)
+    a = logs.strip_timing(logs.read(single / "metrics.jsonl"))
+    b = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
+    assert [r["step"] for r in b] == [0, 1, 2, 3]
+    assert [r["rollout/sampler_version"] for r in b[1:]] == [0, 0, 1]  # one version ahead
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for key, value in ra.items():
+            assert rb[key] == pytest.approx(value, abs=TOLERANCE, rel=0), (ra["step"], key)
+    pa = load_file(single / "final" / "model.safetensors")
+    pb = load_file(multi / "final" / "model.safetensors")
+    for key in pa:
+        np.testing.assert_allclose(pb[key], pa[key], atol=TOLERANCE, rtol=0, err_msg=key)
+    first, _ = two_processes("async", multi, "--config.train.steps=4")
+    assert "resumed from checkpoint step 3" in first.stdout, first.stdout
+    resumed = logs.strip_timing(logs.read(multi / "metrics.jsonl"))
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4] and resumed[:4] == b
+    assert resumed[4]["rollout/sampler_version"] == 2

@@ -87,7 +87,7 @@ def assert_same_run(expected, actual):
             assert points == reference[tag], tag
 
 
-@pytest.mark.parametrize("variant", ["", "dynamic"])
+@pytest.mark.parametrize("variant", ["", "dynamic", "async"])
 def test_sigkill_at_a_random_step_then_resume_is_exact(tmp_path, straight, variant):
     expected = straight(variant)
     k = random.Random(f"kill{variant}").randint(4, 12)  # after the first checkpoint (3)
@@ -102,10 +102,12 @@ def test_sigkill_at_a_random_step_then_resume_is_exact(tmp_path, straight, varia
     resumed = ok(train(workdir, variant=variant))
     assert f"resumed from checkpoint step {newest} " in resumed.stdout
     assert_same_run(expected, workdir)
+    records = logs.metric_records(logs.read(os.path.join(workdir, "metrics.jsonl")))[1:]
     if variant == "dynamic":  # the refilled batches are part of what was resumed
-        rounds = [r["dynamic/rounds"] for r in
-                  logs.metric_records(logs.read(os.path.join(workdir, "metrics.jsonl")))[1:]]
-        assert max(rounds) > 1
+        assert max(r["dynamic/rounds"] for r in records) > 1
+    if variant == "async":  # batches made ahead, from older versions, were resumed
+        assert [r["rollout/sampler_version"] for r in records] == [max(0, n - 3)
+                                                                   for n in range(1, 13)]
 
 
 def test_sigterm_checkpoints_the_current_step_exits_0_and_resumes(tmp_path, straight):

@@ -3,6 +3,7 @@
     python -m launch.train --config=tests/rl/fault_config.py[:dynamic] --workdir=DIR
 
 `dynamic`: DAPO-style dynamic sampling that refills batches (several rounds per step).
+`async`: asynchronous rollouts (rollout.mode=async) on a sampler device of their own.
 """
 
 from configs import base
@@ -40,7 +41,13 @@ def get_config(arg: str | None = None):
     if arg == "dynamic":
         cfg.train.dynamic_sampling = True
         cfg.train.dynamic_max_rounds = 4
+    elif arg == "async":
+        # the sampler on its own device, 2 policy versions ahead, 2 segments per answer
+        # and 2× the groups in flight, so samples are carried from call to call
+        cfg.rollout.mode, cfg.rollout.max_staleness = "async", 2
+        cfg.mesh.rollout_devices = 1
+        cfg.sampling.page_size = cfg.sampling.segment_len = 4
     elif arg:
-        raise ValueError(f"unknown argument {arg!r} (dynamic)")
+        raise ValueError(f"unknown argument {arg!r} (dynamic, async)")
     cfg.lock()
     return cfg
