@@ -209,7 +209,7 @@ GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin",
                "jax_rocm7_plugin")
 
 
-def _skip_absent_tpu() -> None:
+def skip_absent_tpu() -> None:
     """Starts JAX on the CPU alone where it could start nothing else but would probe a TPU
     that is not there: libtpu installed (the `tpu` extra, which `make test` installs to
     compile for TPU slices), no TPU device files (/dev/accel*, /dev/vfio/N) and no JAX
@@ -235,7 +235,7 @@ def run(main: Callable[[list[str]], None], default_config: str | None = None) ->
     # jax logs a failed TPU probe at INFO on every CPU/GPU start; it is not news.
     # (JAX's INFO messages, this one among them, are kept out of the run's output)
     pylogging.getLogger("jax").setLevel(pylogging.WARNING)
-    _skip_absent_tpu()
+    skip_absent_tpu()
     if default_config and not any(a == "--config" or a.startswith("--config=")
                                   for a in sys.argv[1:]):
         sys.argv.insert(1, f"--config={default_config}")

@@ -142,8 +142,9 @@ class Overlap:
         self.started = True
         self._put(version, self.trainer.state.params)
 
-    def take(self) -> tuple[Groups, dict, int, int]:
-        """(groups, stats, the version that began the batch, the call) for the next step."""
+    def take(self) -> tuple[Groups, dict, tuple[float, float], int]:
+        """(groups, stats, when the call that made them started and ended, the call) for
+        the next step."""
         self._ensure_started()
         call = self.pipeline.next_to_take()
         out = self.pipeline.take(call)
@@ -151,7 +152,7 @@ class Overlap:
         stats = dict(out.batch["stats"]) | {
             "rollout/sampler_version": out.version, "time/sampler_wait": waited,
             "time/sampler_call": out.ended - out.started}
-        return groups_from_state(out.batch["groups"]), stats, out.version, call
+        return groups_from_state(out.batch["groups"]), stats, (out.started, out.ended), call
 
     def publish(self, version: int, params) -> None:
         """Version `version` for the sampler: a copy on its devices (module doc)."""

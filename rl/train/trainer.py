@@ -107,6 +107,8 @@ class Trainer:
         self.checkpoint_config = checkpoint.config_dict(cfg)
         self.credit = Credit(self.alg, run.tree, self.rows, run.completion_len)
         # rollout.mode one_step_off / async: the sampler runs ahead in a thread
+        # benchmarks/async.py: (phase, start, end) of each step's phases (perf_counter)
+        self.timeline: list[tuple[str, float, float]] | None = None
         self.version = 0  # steps done: the policy after step s is version s
         self.call = 0     # the rollout call (batch) the running step trains on
         self.overlap = Overlap(self) if cfg.rollout.mode != "sync" else None
@@ -201,18 +203,29 @@ class Trainer:
     def collect(self, step: int) -> tuple[Groups, dict, Any]:
         """The step's groups, rollout stats and the `finish()` that fills their rewards:
         sampled now (sync), or the batch the rollout thread made ahead (rewards done)."""
+        start = time.perf_counter()
         if self.overlap is None:
             self.call = step
             groups, stats, finish_rewards, self.rng = self.collector.collect(step, self.rng)
+            self.mark("sample", start)
             return groups, stats, finish_rewards
-        groups, stats, _, self.call = self.overlap.take()
+        groups, stats, (started, ended), self.call = self.overlap.take()
+        self.mark("sample", started, ended)
+        self.mark("wait_batch", start)
         return groups, stats, lambda: None
+
+    def mark(self, phase: str, start: float, end: float | None = None) -> None:
+        """Records a phase's interval on the timeline (when one is kept)."""
+        if self.timeline is not None:
+            self.timeline.append((phase, start, time.perf_counter() if end is None else end))
 
     def publish(self) -> None:
         """The policy after this step is the next version (async: the sampler's)."""
         self.version += 1
         if self.overlap is not None:
+            start = time.perf_counter()
             self.overlap.publish(self.version, self.state.params)
+            self.mark("weights", start)
 
     def step(self, step: int = 0) -> dict[str, float]:
         """One RL step (`step` numbers it for the warnings and `config.fault`)."""
@@ -265,6 +278,8 @@ class Trainer:
             self.overlap.pump()  # several processes: the sampler's calls, during the update
         learner_metrics = to_host(learner_metrics)
         t3 = time.perf_counter()
+        self.mark("score", t1, t2)
+        self.mark("update", t2, t3)
 
         metrics = (dict(stats) | shaping
                    | self.credit.reweight_metrics(seqs, grad_mask, weight, divergence)
