@@ -33,7 +33,7 @@ import numpy as np
 
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
-from sampling import engine
+from sampling import engine, row_kv
 from sampling import shards as shards_lib
 from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
@@ -51,7 +51,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
              stop_when: Callable[[np.ndarray], bool] | None = None,
              max_new_tokens_per_row: np.ndarray | None = None,
              attention: str = "shared_prefix",
-             sharding: ActivationSharding | None = None) -> Rollouts:
+             sharding: ActivationSharding | None = None, resume: dict | None = None,
+             keep_partial: bool = False) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -65,7 +66,11 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     per-row copies it replaced; `engine.decode`). `sharding`: the learner's
     mesh and rules (`models.sharding.ActivationSharding`); `params` are used
     as they are placed: prompt groups, their rows and their KV pages split over
-    the batch axes (`sampling.shards`), heads over `tensor`.
+    the batch axes (`sampling.shards`), heads over `tensor`. `keep_partial`: the rows
+    that `stop_when` leaves unfinished return their caches (`Rollouts.kv`,
+    `sampling.row_kv.RowKV`); `resume` {prompt index: RowKV} (n = 1) continues such a
+    row from its kept cache (the prompt: its original prompt and tokens so far) instead
+    of prefilling it.
     """
     sp = sampling_params
     stop_ids = engine.stop_token_ids(config, sp)
@@ -77,10 +82,14 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids,
                              attention, sharding)
 
+    keep = None
+    if resume or keep_partial:
+        keep = (row_kv.put, lambda carry, hidden, where: (
+            row_kv.take(carry, hidden, where, engine.as_numpy) if keep_partial else None))
     rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
                              segment_len=segment_len, share_prompts=share_prompts,
                              stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
-                             shards=shards_lib.of(sharding).count)
+                             shards=shards_lib.of(sharding).count, resume=resume, keep=keep)
     return rollouts
 
 
@@ -89,7 +98,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                share_prompts: bool = True,
                stop_when: Callable[[np.ndarray], bool] | None = None,
                max_new_tokens_per_row: np.ndarray | None = None,
-               shards: int = 1) -> tuple[Rollouts, dict]:
+               shards: int = 1, resume: dict | None = None,
+               keep: tuple[Callable, Callable] | None = None) -> tuple[Rollouts, dict]:
     """The host side of `generate` for one or more models decoding side by side.
 
     `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
@@ -110,29 +120,41 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     `shards` > 1 (the batch shards of the callables' mesh, `sampling.shards`): each
     prompt's group goes to one shard, where its prefill, its rows and all their pages
     live (one page pool per shard, ids local to it); the Rollouts are in sample order.
+
+    `keep` = (put, take) (`sampling.row_kv`): `resume` {prompt: RowKV} (n = 1) puts those
+    prompts' kept caches in place of a prefill, and the unfinished rows' caches come back
+    as `Rollouts.kv` (take).
     """
     check_layout(n, page_size, segment_len)
     config = configs[0]
     prompts = engine.check_prompts(config, prompts)
+    resume = _check_resume(resume, n, keep)
     r = len(prompts) * n
     prompt_shard = shards_lib.assign([n] * len(prompts), shards)
     rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
-    unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard)
+    unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard,
+                                                    set(resume))
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     budget = np.full(rows.rows, sp.max_new_tokens, np.int64)  # padding rows never limit
     budget[rows.place] = _budgets(max_new_tokens_per_row, r, sp.max_new_tokens)
     pools, layout, source = shard_layout(unique, unique_shard, sample_source, rows, page_size,
                                          gen_pages, config.pad_token_id or 0)
-    hidden, carry = prefill(sum(p.num_pages for p in pools), layout, source)
+    hidden, carry = _prefill(prefill, keep, pools, layout, source, sample_source, rows,
+                             unique_shard, prompts, resume)
     for row in rows.place:
         pools[row // rows.per].retain(layout.tables[source[row]])
     for i, table in enumerate(layout.tables[layout.rows]):  # the samples hold them now
         pools[unique_shard[i]].release(table)
 
-    outputs, own, done, stopped_early = _decode_segments(
+    outputs, own, done, stopped_early, (hidden, carry) = _decode_segments(
         decode, pools, layout, source, hidden, carry, budget, rows, sp.max_new_tokens,
         segment_len, page_size, stop_when)
+    kept = None
+    if keep is not None:  # the unfinished rows' caches, for a later call
+        out_tokens = sum(o.num_tokens for o in outputs)
+        kept = keep[1](carry, hidden, _partial_pages(layout, source, own, done, rows,
+                                                     out_tokens, pools, page_size))
     for row in rows.place:
         pools[row // rows.per].release(np.concatenate([layout.tables[source[row]], own[row]]))
     if any(p.used_pages for p in pools):
@@ -140,17 +162,50 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                            "use")
 
     out = engine.concat_outputs(outputs)
-    stats = {"prefill_tokens": int(sum(map(len, unique))),
-             "prefill_slots": len(layout.tables) * layout.slots,
-             "decode_tokens": int(out.num_tokens.sum()), "decode_steps": int(out.steps),
-             "decode_row_steps": int(out.steps) * rows.rows, "decode_calls": len(outputs),
-             "kv_pages": sum(p.num_pages for p in pools),
-             "kv_bytes": sum(cache_bytes(c, sum(p.num_pages for p in pools), page_size)
-                             for c in configs),
-             "stopped_early": int(stopped_early)}
-    return _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
-                     rows.to_items(done), len(prompts), n, sp.max_new_tokens,
-                     np.int32(config.pad_token_id or 0), stats)
+    stats = _stats(configs, unique, layout, out, len(outputs), rows, pools, page_size,
+                   stopped_early)
+    rollouts, extra = _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
+                                rows.to_items(done), len(prompts), n, sp.max_new_tokens,
+                                np.int32(config.pad_token_id or 0), stats)
+    if kept is not None:  # in sample order, as the partial rows are
+        rollouts.kv = [None] * len(rollouts)
+        for i, row in zip(np.flatnonzero(rollouts.finish_reason == "partial"), kept,
+                          strict=True):
+            rollouts.kv[i] = row
+    return rollouts, extra
+
+
+def _check_resume(resume: dict | None, n: int, keep) -> dict:
+    if resume and (n != 1 or keep is None):
+        raise ValueError("resumed caches need n=1 and the keep hooks")
+    return resume or {}
+
+
+def _stats(configs, unique, layout, out, calls: int, rows: shards_lib.Placement,
+           pools: list[PagePool], page_size: int, stopped_early: bool) -> dict:
+    """The call's work: tokens prefilled and decoded, steps, pages (`generate`)."""
+    pages = sum(p.num_pages for p in pools)
+    return {"prefill_tokens": int(sum(map(len, unique))),
+            "prefill_slots": len(layout.tables) * layout.slots,
+            "decode_tokens": int(out.num_tokens.sum()), "decode_steps": int(out.steps),
+            "decode_row_steps": int(out.steps) * rows.rows, "decode_calls": calls,
+            "kv_pages": pages,
+            "kv_bytes": sum(cache_bytes(c, pages, page_size) for c in configs),
+            "stopped_early": int(stopped_early)}
+
+
+def _prefill(prefill: Callable, keep, pools: list[PagePool], layout, source: np.ndarray,
+             sample_source: np.ndarray, rows: shards_lib.Placement, unique_shard: np.ndarray,
+             prompts, resume: dict):
+    """`prefill` of the call's prompts but those with kept caches (`resume`), whose pages
+    and hidden states `keep`'s put writes instead; (hidden, carry)."""
+    resumed = _resumed_pages(layout, sample_source, rows, unique_shard, pools, prompts, resume)
+    prefilled = layout._replace(active=layout.active & ~np.isin(
+        np.arange(len(layout.active)), layout.rows[sample_source[sorted(resume)]]))
+    hidden, carry = prefill(sum(p.num_pages for p in pools), prefilled, source)
+    if resume:
+        carry, hidden = keep[0](carry, hidden, resumed, [resume[i] for i in sorted(resume)])
+    return hidden, carry
 
 
 def check_layout(n: int, page_size: int, segment_len: int, prefix: str = "") -> None:
@@ -182,20 +237,55 @@ def shard_layout(unique: list[list[int]], unique_shard: np.ndarray, sample_sourc
     return pools, layout, source
 
 
-def _distinct(prompts: list[list[int]], n: int, share: bool,
-              prompt_shard: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+def _distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.ndarray,
+              apart: set[int] = frozenset()) -> tuple[list, np.ndarray, np.ndarray]:
     """(the prompts to prefill, the shard of each, the prefilled prompt of each of the
     len(prompts)·n samples): each distinct prompt once per shard when `share`, else one
-    copy per sample."""
+    copy per sample; the prompts in `apart` (with kept caches) each on their own."""
     sample_shard = np.repeat(prompt_shard, n)
     if not share:
         unique = [p for p in prompts for _ in range(n)]
         return unique, sample_shard, np.arange(len(unique))
-    distinct: dict[tuple, int] = {}
-    which = [distinct.setdefault((int(d), tuple(p)), len(distinct))
-             for d, p in zip(prompt_shard, prompts, strict=True)]
-    return ([list(p) for _, p in distinct], np.array([d for d, _ in distinct], np.int64),
-            np.repeat(which, n))
+    index: dict[tuple, int] = {}
+    unique, shard_of, which = [], [], []
+    for i, (d, p) in enumerate(zip(prompt_shard, prompts, strict=True)):
+        key = (int(d), ("kept", i) if i in apart else tuple(p))
+        if key not in index:
+            index[key] = len(unique)
+            unique.append(list(p))
+            shard_of.append(int(d))
+        which.append(index[key])
+    return unique, np.array(shard_of, np.int64), np.repeat(which, n)
+
+
+def _resumed_pages(layout, sample_source: np.ndarray, rows: shards_lib.Placement,
+                   unique_shard: np.ndarray, pools: list[PagePool], prompts, resume: dict
+                   ) -> row_kv.Pages:
+    """Where the prompts with kept caches (`resume`'s keys, n = 1) sit in this call."""
+    per = pools[0].num_pages
+    which = sorted(resume)
+    lrows = layout.rows[sample_source[which]]
+    shard = unique_shard[sample_source[which]]
+    return row_kv.Pages(
+        pages=(layout.tables[lrows] + shard[:, None] * per).astype(np.int32),
+        start=layout.offsets[lrows].astype(np.int64),
+        length=np.array([len(prompts[i]) for i in which], np.int64),
+        device_row=rows.place[which].astype(np.int32))
+
+
+def _partial_pages(layout, source: np.ndarray, own: np.ndarray, done: np.ndarray,
+                   rows: shards_lib.Placement, generated: np.ndarray, pools: list[PagePool],
+                   page_size: int) -> row_kv.Pages:
+    """Where the unfinished samples' tokens sit, in sample order: the prompt's pages then
+    the row's own, from the prompt's first slot to its last generated token."""
+    per = pools[0].num_pages
+    device = np.array([r for r in rows.place if not done[r]], np.int64)
+    shard = device // rows.per
+    pages = np.concatenate([layout.tables[source[device]], own[device]], axis=1)
+    start = layout.offsets[source[device]].astype(np.int64)
+    return row_kv.Pages(pages=(pages + shard[:, None] * per).astype(np.int32), start=start,
+                        length=layout.slots - start + generated[device],
+                        device_row=device.astype(np.int32))
 
 
 def _budgets(given, r: int, max_new: int) -> np.ndarray:
@@ -218,7 +308,7 @@ def _decode_segments(decode: Callable, pools: list[PagePool], layout, source: np
     prompt's, read once per group, + the row's earlier segments) instead of the whole
     max length. Arrays are per device row (`rows`: each shard's block). Returns (the
     calls' outputs, [rows, pages] each row's own pages, [rows] done, whether
-    `stop_when` stopped it early)."""
+    `stop_when` stopped it early, the last call's (hidden, carry))."""
     real = rows.real()
     own = np.zeros((rows.rows, 0), np.int32)
     positions = layout.slots - layout.offsets[source]
@@ -248,11 +338,11 @@ def _decode_segments(decode: Callable, pools: list[PagePool], layout, source: np
         generated = generated + out.num_tokens
         done = done | (out.finish == engine.STOP) | (generated >= budget)
         if done.all():
-            return outputs, own, done, False
+            return outputs, own, done, False, (hidden, carry)
         if (stop_when is not None and seg + 1 < segments
                 and stop_when(rows.to_items(done).copy())):
-            return outputs, own, done, True
-    return outputs, own, done, False
+            return outputs, own, done, True, (hidden, carry)
+    return outputs, own, done, False, (hidden, carry)
 
 
 def _rollouts(out, budget: np.ndarray, done: np.ndarray, num_prompts: int, n: int,

@@ -27,6 +27,9 @@ class Rollouts:
     # [R, N] int32 the policy version (update count) that sampled each token, -1 past the
     # length; None: one version for the whole call, which its caller knows
     versions: np.ndarray | None = None
+    # `generate(keep_partial=True)`: each row's kept cache (sampling.row_kv.RowKV) when it
+    # is unfinished ("partial"), else None
+    kv: list | None = None
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from sampling.rollouts import Rollouts
+from sampling.row_kv import RowKV
 
 PARTIAL = "partial"
 
@@ -84,6 +85,9 @@ class Row:
     raw_logprobs: np.ndarray  # [T] f32 log-prob under that policy at temperature 1
     versions: np.ndarray      # [T] int32 policy version (update step) that sampled each token
     finish: str               # "stop" | "length" | "partial"
+    # a partial row's kept cache (sampling.row_kv.RowKV of its prompt and tokens), when
+    # its sampler kept it (rollout.kv_on_update=keep); None: prefilled again on resume
+    kv: Any = None
 
 
 @dataclasses.dataclass
@@ -114,10 +118,11 @@ class Carry:
 
 def _row(rollouts, r: int, version: int) -> Row:
     k = int(rollouts.lengths[r])
+    kv = rollouts.kv[r] if getattr(rollouts, "kv", None) is not None else None
     return Row(np.asarray(rollouts.tokens[r, :k], np.int32),
                np.asarray(rollouts.logprobs[r, :k], np.float32),
                np.asarray(rollouts.raw_logprobs[r, :k], np.float32),
-               np.full(k, version, np.int32), str(rollouts.finish_reason[r]))
+               np.full(k, version, np.int32), str(rollouts.finish_reason[r]), kv)
 
 
 def resume_requests(carry: Carry) -> tuple[list[list[int]], np.ndarray]:
@@ -134,6 +139,13 @@ def resume_requests(carry: Carry) -> tuple[list[list[int]], np.ndarray]:
                 prompts.append(list(g.prompt) + row.tokens.tolist())
                 budgets.append(left)
     return prompts, np.asarray(budgets, np.int64)
+
+
+def kept_caches(carry: Carry) -> dict:
+    """{request index: kept cache} of the partial rows `resume_requests` lists, for those
+    whose cache was kept (`sampling.generate`'s `resume`)."""
+    partial = [row for g in carry.groups for row in g.rows if row.finish == PARTIAL]
+    return {i: row.kv for i, row in enumerate(partial) if row.kv is not None}
 
 
 def row_groups(carry: Carry, fresh_groups: int, n: int) -> np.ndarray:
@@ -162,7 +174,7 @@ def join(carry: Carry, continuation, version: int) -> tuple[list[Group], Carry]:
                 r += 1
                 row = Row(*(np.concatenate([getattr(row, f), getattr(more, f)])
                             for f in ("tokens", "logprobs", "raw_logprobs", "versions")),
-                          more.finish)
+                          more.finish, more.kv)
             rows.append(row)
         (ready if all(x.finish != PARTIAL for x in rows) else pending).append(
             Group(g.prompt, g.reference, rows, g.born))
@@ -234,8 +246,14 @@ def state_to_json(carry: Carry) -> dict:
     """The carry as JSON-able lists (float32 log-probs round-trip exactly)."""
     return {"max_new_tokens": carry.max_new_tokens, "groups": [
         {"prompt": [int(t) for t in g.prompt], "reference": g.reference, "born": int(g.born),
-         "rows": [{"finish": row.finish, **{f: getattr(row, f).tolist() for f in _FIELDS}}
+         "rows": [{"finish": row.finish, **{f: getattr(row, f).tolist() for f in _FIELDS},
+                   **({"kv": _kv_state(row.kv)} if row.kv is not None else {})}
                   for row in g.rows]} for g in carry.groups]}
+
+
+def _kv_state(kv) -> dict:
+    """A kept cache as host arrays (a checkpoint stores them apart from the JSON)."""
+    return {"k": np.asarray(kv.k), "v": np.asarray(kv.v), "hidden": np.asarray(kv.hidden)}
 
 
 def state_from_json(state: dict) -> Carry:
@@ -243,7 +261,9 @@ def state_from_json(state: dict) -> Carry:
     try:
         groups = [Group(list(g["prompt"]), g["reference"], [
             Row(*(np.asarray(row[f], np.float32 if "logprobs" in f else np.int32)
-                  for f in _FIELDS), row["finish"]) for row in g["rows"]], int(g["born"]))
+                  for f in _FIELDS), row["finish"],
+                RowKV(**{k: np.asarray(a) for k, a in row["kv"].items()}) if "kv" in row
+                else None) for row in g["rows"]], int(g["born"]))
             for g in state["groups"]]
         return Carry(int(state["max_new_tokens"]), groups)
     except (KeyError, TypeError) as e:

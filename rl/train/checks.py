@@ -191,6 +191,10 @@ def check_async(cfg, tree: bool) -> None:
     if r.kv_on_update not in KV_ON_UPDATE:
         raise ValueError(f"rollout.kv_on_update must be one of {', '.join(KV_ON_UPDATE)}, got "
                          f"{r.kv_on_update!r}")
+    if r.kv_on_update == "keep" and not (r.mode == "async" and r.max_staleness > 0):
+        raise ValueError("rollout.kv_on_update=keep needs rollout.mode=async with "
+                         "rollout.max_staleness > 0: only those carry unfinished samples "
+                         "from one call to the next")
     devices = int(cfg.mesh.rollout_devices or 0)
     if r.mode == "sync":
         if devices:

@@ -60,6 +60,8 @@ class Collector:
         self.april = bool(cfg.rollout.april)
         # asynchronous rollouts carry unfinished samples over to the next call too
         self.carries = self.april or cfg.rollout.mode == "async"
+        # rollout.kv_on_update=keep: a carried row keeps its pages (and hidden state)
+        self.keep_kv = cfg.rollout.mode == "async" and cfg.rollout.kv_on_update == "keep"
         self.carry = april.Carry(run.completion_len)
         self.waiting: list = []  # examples drawn from the iterator, not yet sampled
         self.first = run.samples_drawn  # before DARS's extras; mc_grpo draws G + 1
@@ -193,7 +195,10 @@ class Collector:
             stop = april.stop_rule(target, april.row_groups(carry, len(fresh_prompts), n),
                                    finished=carry.num_finished)
             rng, key = jax.random.split(rng)
-            out = self.sample(prompts, 1, key, stop_when=stop, max_new_tokens_per_row=budgets)
+            keep = {} if not self.keep_kv else {"keep_partial": True,
+                                                "resume": april.kept_caches(carry)}
+            out = self.sample(prompts, 1, key, stop_when=stop, max_new_tokens_per_row=budgets,
+                              **keep)
             decoded = int(out.stats["decode_tokens"])
             ready, carry = april.join(carry, out if resumes else None, version)
             done, unfinished = april.split_finished(

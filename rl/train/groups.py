@@ -106,10 +106,10 @@ def finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
     groups = zero_std = gen_tokens = longest = 0
     for (rollouts, _, whole), res in zip(sampled, results, strict=True):
         gen_tokens += int(rollouts.lengths.sum())
-        longest = max(longest, int(rollouts.lengths.max()))
+        longest = max([longest] + rollouts.lengths.tolist())
         if not whole:
             continue
-        for p in range(int(rollouts.prompt_index.max()) + 1):
+        for p in range(int(rollouts.prompt_index.max(initial=-1)) + 1):
             rows = np.flatnonzero(rollouts.prompt_index == p)
             groups += 1
             zero_std += int(np.ptp(res.total[rows]) == 0)
@@ -117,8 +117,8 @@ def finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
         "frac_reward_zero_std": zero_std / max(groups, 1),
         "dynamic/rounds": sum(whole for *_, whole in sampled),
         "dynamic/kept_groups": kept.num_groups,
-        "sampled/reward_mean": float(total.mean()),
-        "sampled/accuracy": float(correct.mean()),
+        "sampled/reward_mean": float(total.mean()) if total.size else 0.0,
+        "sampled/accuracy": float(correct.mean()) if correct.size else 0.0,
         "sampled/all_zero": int(not np.any(total)),
         "sampled/response_length_max": longest,
         "generated_tokens": gen_tokens,
@@ -126,4 +126,5 @@ def finish_rewards(kept: Groups, sampled: list, stats: dict) -> None:
         "reward/timeouts": sum(res.timeouts for res in results),
         "reward/crashes": sum(res.crashes for res in results)})
     stats.update({f"reward/{name}": float(np.concatenate(
-        [res.parts[name] for res in results]).mean()) for name in results[0].parts})
+        [res.parts[name] for res in results]).mean()) if total.size else 0.0
+        for name in results[0].parts})

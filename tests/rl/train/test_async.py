@@ -130,3 +130,34 @@ def test_no_new_prompts_while_a_carried_sample_is_older_than_the_cap(tmp_path, m
     collector.collect_async(None, 6, 2)  # 3 before: continues the carried ones only
     # the carried group counts among the groups in flight (2 × prompts_per_step)
     assert admitted == [2 * cfg.train.prompts_per_step - 1, 0]
+
+
+def test_kept_pages_carry_unfinished_samples_across_versions(tmp_path):
+    """rollout.kv_on_update=keep: a call that stops after its first segment (the sampler
+    stopped as if its batch were full) carries its unfinished samples with their pages;
+    the next call continues them from those pages under its own, newer, version, and a
+    checkpoint of the sampler's state holds them."""
+    cfg = small_config("grpo", **{"train.steps": 3, "train.eval_every": 3,
+                                  "rollout.mode": "async", "rollout.max_staleness": 1,
+                                  "rollout.kv_on_update": "keep",
+                                  "sampling.page_size": 4, "sampling.segment_len": 4})
+    run = build.resolve(cfg, str(tmp_path))
+    trainer = Trainer(run, build.init_params(run), str(tmp_path), stream=io.StringIO())
+    sample, resumed = trainer.collector.sample, []
+
+    def stop_every_other_call(prompts, n, rng, **flat):
+        resumed.append(len(flat.get("resume", {})))
+        if len(resumed) % 2:
+            flat["stop_when"] = lambda done: True
+        return sample(prompts, n, rng, **flat)
+
+    trainer.collector.sample = stop_every_other_call
+    records = [trainer.step(step) for step in (1, 2, 3)]
+    host = trainer.host_state()["rollout"]
+    trainer.overlap.stop()
+    assert resumed[0] == 0 and resumed[1] > 0  # call 2 continued call 1's rows from pages
+    carried = [r for r in records if r["april/carried_groups"]]
+    assert carried and all(r["staleness/max"] >= 1 for r in carried)
+    kept = [row for g in host["state"]["april"]["groups"] for row in g["rows"] if "kv" in row]
+    assert all(row["finish"] == "partial" and isinstance(row["kv"]["k"], np.ndarray)
+               for row in kept)

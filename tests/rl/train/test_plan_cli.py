@@ -31,7 +31,7 @@ def test_cli_plans_a_7b_model_on_8_devices():
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     # no JAX_PLATFORMS: where libtpu is installed (make test) and no TPU is, JAX starts on
-    # the CPU without libtpu's probe errors (launch.common._skip_absent_tpu)
+    # the CPU without libtpu's probe errors (launch.common.skip_absent_tpu)
     assert "INVALID_ARGUMENT" not in result.stderr and "TPU_" not in result.stderr, (
         result.stderr[:2000])
     total = re.search(r"^total +([\d.]+ [GM]iB)", result.stdout, re.M)
