@@ -124,17 +124,22 @@ def _reshard_leaf(x: jax.Array, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
 
 
+def _identity(x):
+    return x  # one function object: jit's cache then holds one program per sharding
+
+
 def _gather_on_devices(x: jax.Array) -> jax.Array:
     """`x` replicated over the devices of its own mesh (a collective over them)."""
-    return jax.jit(lambda a: a, out_shardings=NamedSharding(x.sharding.mesh,
-                                                            PartitionSpec()))(x)
+    return jax.jit(_identity, out_shardings=NamedSharding(x.sharding.mesh,
+                                                          PartitionSpec()))(x)
 
 
 def reshard(tree: Any, shardings: Any) -> Any:
     """`jax.device_put(tree, shardings)`, also onto devices other than the arrays' own when
     they span processes (asynchronous rollouts move each policy version from the learner's
-    devices to the sampler's): per leaf, a copy replicated over the source devices (each
-    leaf alone, so the largest leaf bounds the extra memory), then local device copies."""
+    devices to the sampler's): per leaf, a copy replicated over the source devices, then
+    local device copies (the replicated copies of the leaves may be alive at once: the
+    extra memory is up to the whole parameters, per source device)."""
     return jax.tree.map(_reshard_leaf, tree, shardings)
 
 

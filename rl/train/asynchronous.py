@@ -100,7 +100,7 @@ class Overlap:
         self.pipeline = Pipeline(self._produce, self.weights, self.lag,
                                  last_call=lambda: trainer.total_steps + self.lag + len(
                                      self.pipeline.dropped),
-                                 context=lambda: multihost.scope(devices),
+                                 skip=self._skip, context=lambda: multihost.scope(devices),
                                  threaded=multihost.process_count() == 1)
         self.rng = np.asarray(jax.random.key_data(trainer.rng))  # the sampler's key data
         self.started = False
@@ -124,6 +124,19 @@ class Overlap:
         state = copy.deepcopy(collector.host_state()) | {"rng": self.rng.copy()}
         return Produced({"groups": groups_to_state(groups), "stats": stats}, state, version)
 
+    def _skip(self, call: int) -> dict:
+        """A dropped call: one batch of prompts is drawn and set aside (its failure may
+        have come from them); nothing is sampled, the carried samples stay carried."""
+        collector = self.trainer.collector
+        next(collector.data)
+        return copy.deepcopy(collector.host_state()) | {"rng": self.rng.copy()}
+
+    def interrupt(self, stop_when):
+        """A sampler's `stop_when` that also ends a call at its next segment boundary once
+        the pipeline is stopping (the call's output is then discarded)."""
+        return lambda done: self.pipeline.stopping or (stop_when is not None
+                                                        and stop_when(done))
+
     # -- the learner's side ---------------------------------------------------------------------
     def _ensure_started(self) -> None:
         if self.started:
@@ -142,17 +155,19 @@ class Overlap:
         self.started = True
         self._put(version, self.trainer.state.params)
 
-    def take(self) -> tuple[Groups, dict, tuple[float, float], int]:
-        """(groups, stats, when the call that made them started and ended, the call) for
-        the next step."""
+    def next_call(self) -> int:
+        """The call the next step trains on."""
         self._ensure_started()
-        call = self.pipeline.next_to_take()
+        return self.pipeline.next_to_take()
+
+    def take(self, call: int) -> tuple[Groups, dict, tuple[float, float]]:
+        """(groups, stats, when the call started and ended) of call `call` (`next_call`)."""
         out = self.pipeline.take(call)
         waited, self.waited = self.weights.waited_s - self.waited, self.weights.waited_s
         stats = dict(out.batch["stats"]) | {
             "rollout/sampler_version": out.version, "time/sampler_wait": waited,
             "time/sampler_call": out.ended - out.started}
-        return groups_from_state(out.batch["groups"]), stats, (out.started, out.ended), call
+        return groups_from_state(out.batch["groups"]), stats, (out.started, out.ended)
 
     def publish(self, version: int, params) -> None:
         """Version `version` for the sampler: a copy on its devices (module doc)."""
@@ -182,10 +197,12 @@ class Overlap:
 
     def host_state(self, version: int) -> dict:
         """What a checkpoint at learner `version` holds of the sampler: the batches made for
-        the steps after it and the rollout's state after the last of them."""
+        the steps after it and the rollout's state after the last of them (a restored
+        state not yet started: itself)."""
+        if self.restore is not None:
+            return copy.deepcopy(self.restore)
         self._ensure_started()
-        through = self.pipeline.through(version - 1)
-        ready, state = self.pipeline.capture(through)
+        ready, state, through = self.pipeline.capture(self.pipeline.through(version - 1))
         return {"mode": self.mode, "lag": self.lag, "taken": self.pipeline.taken,
                 "dropped": sorted(self.pipeline.dropped), "through": through, "state": state,
                 "queue": {str(c): {"batch": p.batch, "version": p.version}

@@ -100,8 +100,8 @@ def check_update_schedule(cfg, alg: Algorithm) -> None:
     train = cfg.train
     if train.epochs * train.minibatches > 1:
         return
-    if cfg.rollout.mode != "sync" and train.old_logp == "sampler":
-        return  # π_old is the (older) sampling policy: the first step's ratios are not 1
+    if cfg.rollout.mode != "sync" and train.old_logp in ("sampler", "interpolate"):
+        return  # π_old is (or leans on) the older sampling policy: ratios are not 1
     inert = [f"rl.loss.{k}" for k in CLIP_OPTIONS if alg.loss_options.get(k) is not None]
     if alg.loss in OFF_POLICY_LOSSES:
         inert.insert(0, f"rl.loss.name={alg.loss}")
@@ -215,6 +215,11 @@ def check_async(cfg, tree: bool) -> None:
                 raise ValueError(f"rollout.mode=async with {what}: the carry of unfinished "
                                  "samples works on flat groups of the data order; use "
                                  "rollout.mode=one_step_off, or rollout.max_staleness=0")
+    if cfg.train.old_logp == "interpolate" and cfg.train.dynamic_sampling:
+        raise ValueError(f"train.old_logp=interpolate with train.dynamic_sampling and "
+                         f"rollout.mode={r.mode}: a step whose batch keeps no group updates "
+                         "nothing, and the interpolation would count it as a new policy "
+                         "version; use train.old_logp=recompute")
     if jax.process_count() > 1 and not devices:
         raise ValueError(f"rollout.mode={r.mode} with {jax.process_count()} processes needs "
                          "mesh.rollout_devices > 0: the sampler and the learner run at once, "

@@ -172,7 +172,7 @@ class Collector:
                                                 cfg.rollout.over_provision)
                         - len(self.carry.groups))
         groups, stats, finish, rng = self._collect_carry(rng, version, fresh)
-        stats["rollout/admitted_groups"] = fresh
+        stats["rollout/admitted_groups"] = fresh if stats.get("april/decoded_tokens") else 0
         return groups, stats, finish, rng
 
     def _collect_carry(self, rng, version: int, fresh: int):

@@ -32,8 +32,11 @@ numbers every program launch of a process with one counter, which must agree acr
 processes: two threads would launch in a different order in each process, and their
 collectives would wait for ever. The calls, their versions and the results are the same.
 
-An error in the thread is raised by the learner's next `take` (the step fails and is
-rolled back; the trainer then restarts the pipeline from the restored state).
+A call that fails stops the calls after it; the learner's `take` of that call raises
+`CallFailed` inside its step, which is rolled back and drops the call (the trainer then
+restarts the pipeline from the restored state). A dropped call is not made: `skip` moves
+the rollout past its data, so a failure that comes from the data is not met again. A
+checkpoint taken while a call has failed holds what was made before it.
 """
 
 from __future__ import annotations
@@ -119,24 +122,25 @@ def call_version(call: int, lag: int, dropped: frozenset[int] | set[int],
 
 class Pipeline:
     """Runs `produce` for calls next_call, next_call + 1, ... in a thread, or, `threaded`
-    False, when the learner asks (module doc)."""
+    False, when the learner asks (module doc). A dropped call is not made: `skip(call)`
+    moves the rollout past its data and returns its state."""
 
     def __init__(self, produce: Callable[[int, Any, int], Produced], weights: Weights,
-                 lag: int, *, last_call: Callable[[], int],
+                 lag: int, *, last_call: Callable[[], int], skip: Callable[[int], dict],
                  context: Callable[[], contextlib.AbstractContextManager]
                  = contextlib.nullcontext, threaded: bool = True):
         if lag < 0:
             raise ValueError(f"lag must be >= 0, got {lag}")
-        self.produce, self.weights, self.lag = produce, weights, lag
+        self.produce, self.skip, self.weights, self.lag = produce, skip, weights, lag
         # False: no thread; the learner makes the calls itself (`take`, `pump`), in the
         # same order and under the same versions
         self.threaded = threaded
-        self.context = context  # entered by the thread (e.g. its devices' host collectives)
+        self.context = context  # entered around every call (e.g. its devices' collectives)
         self.last_call = last_call  # the last call to make (the run's steps + dropped)
         self._cond = threading.Condition()
         self._ready: dict[int, Produced] = {}   # calls made and not yet taken
         self._states: dict[int, dict] = {}      # call -> the rollout's state after it
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # a call's failure, for the learner's take
         self._thread: threading.Thread | None = None
         self._stop = False
         self.dropped: set[int] = set()
@@ -144,12 +148,18 @@ class Pipeline:
         self.taken = 0
         self.floor, self.first_call = 0, 1
 
-    # -- the thread -----------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """True once `stop` was asked: a call in progress may give up (its output is
+        discarded)."""
+        return self._stop
+
+    # -- making calls ---------------------------------------------------------------------------
     def start(self, next_call: int, state: dict, ready: dict[int, Produced] | None = None,
               dropped=(), taken: int = 0, *, floor: int = 0) -> None:
-        """Starts the thread at `next_call` from the rollout's `state` after call
-        next_call - 1, with `ready` the calls made but not taken (after `taken`), and
-        `floor` the oldest version it can have (the learner's)."""
+        """Starts at `next_call` from the rollout's `state` after call next_call - 1, with
+        `ready` the calls made but not taken (after `taken`), and `floor` the oldest
+        version it can have (the learner's)."""
         self.stop()
         self.weights.reset()
         with self._cond:
@@ -161,66 +171,65 @@ class Pipeline:
             self._thread = threading.Thread(target=self._run, name="rollout", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
-        with self.context():
-            self._calls()
+    def _make_next(self) -> bool:
+        """Makes (or skips, when dropped) the next call; False when there is none to
+        make, it was stopped, or a call failed (the failure kept for `take`)."""
+        with self._cond:
+            call = self.next_call
+            if self._stop or self._error is not None or call > self.last_call():
+                return False
+            dropped, version = call in self.dropped, self.version_of(call)
+        try:
+            with self.context():
+                if dropped:
+                    out = None
+                    state = self.skip(call)
+                else:
+                    if not self.threaded and version not in self.weights.held():
+                        raise RuntimeError(f"call {call} needs policy version {version}, "
+                                           "which the learner has not published (held: "
+                                           f"{self.weights.held()})")
+                    params = self.weights.get(version)
+                    self.weights.release(version)
+                    started = time.perf_counter()
+                    out = self.produce(call, params, version)
+                    out.started, out.ended = started, time.perf_counter()
+                    state = out.state
+        except Stopped:
+            return False
+        except BaseException as e:  # noqa: BLE001 - the learner's take(call) raises it
+            with self._cond:
+                self._error = CallFailed(call, e)
+                self._cond.notify_all()
+            return False
+        with self._cond:
+            if self._stop:
+                return False
+            if out is not None:
+                self._ready[call] = out
+            self._states[call] = state
+            self.next_call = call + 1
+            self._cond.notify_all()
+        return True
 
-    def _make(self, call: int) -> None:
-        """Makes call `call` in this thread (the inline pipeline): its version must be
-        published already."""
-        version = self.version_of(call)
-        if version not in self.weights.held():
-            raise RuntimeError(f"call {call} needs policy version {version}, which the "
-                               f"learner has not published (held: {self.weights.held()})")
-        params = self.weights.get(version)
-        self.weights.release(version)
-        started = time.perf_counter()
-        with self.context():
-            out = self.produce(call, params, version)
-        out.started, out.ended = started, time.perf_counter()
-        self._ready[call] = out
-        self._states[call] = out.state
-        self.next_call = call + 1
+    def _run(self) -> None:
+        while self._make_next():
+            pass
 
     def pump(self, version: int) -> None:
         """The inline pipeline's calls that need no version newer than `version` (the
         learner's latest computed one): made now, while the learner's newest update may
-        still run on its devices (JAX dispatches asynchronously). Threaded: nothing."""
+        still run on its devices (JAX dispatches asynchronously). Threaded: nothing. A
+        failure is kept for the `take` of the call that failed."""
         if self.threaded:
             return
         while (self.next_call <= self.last_call()
-               and self.version_of(self.next_call) <= version):
-            self._make(self.next_call)
-
-    def _calls(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    call = self.next_call
-                    if self._stop or call > self.last_call():
-                        return
-                    version = self.version_of(call)
-                params = self.weights.get(version)
-                self.weights.release(version)
-                started = time.perf_counter()
-                out = self.produce(call, params, version)
-                out.started, out.ended = started, time.perf_counter()
-                with self._cond:
-                    if self._stop:
-                        return
-                    self._ready[call] = out
-                    self._states[call] = out.state
-                    self.next_call = call + 1
-                    self._cond.notify_all()
-        except Stopped:
-            return
-        except BaseException as e:  # noqa: BLE001 - raised by the learner's take()
-            with self._cond:
-                self._error = e
-                self._cond.notify_all()
+               and self.version_of(self.next_call) <= version and self._make_next()):
+            pass
 
     def stop(self) -> None:
-        """Stops the thread (a call in progress finishes first; nothing it makes is kept)."""
+        """Stops the thread (a call in progress ends at its next segment boundary, or its
+        end; nothing it makes is kept)."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -230,27 +239,36 @@ class Pipeline:
             self._thread = None
 
     # -- the learner's side ---------------------------------------------------------------------
-    def _wait(self, call: int) -> None:
-        """Blocks until call `call` is made (its state known); raises the thread's error.
-        Inline: makes the calls up to it."""
-        if not self.threaded:
-            while call not in self._states and call not in self._ready:
-                self._make(self.next_call)
-            return
+    def _wait(self, call: int) -> bool:
+        """Blocks until call `call` is made (inline: makes the calls up to it); False when
+        a call failed first."""
+        def made() -> bool:
+            return call in self._states or call in self._ready
+
         with self._cond:
-            while call not in self._states and call not in self._ready:
+            while not made():
                 if self._error is not None:
-                    raise self._error
+                    return False
+                if not self.threaded:
+                    break
                 if self._thread is None or not self._thread.is_alive():
                     raise RuntimeError(f"the rollout thread stopped before call {call}")
                 self._cond.wait(timeout=1.0)
+        while not made():
+            if not self._make_next():
+                return made()
+        return True
 
     def take(self, call: int) -> Produced:
-        """Call `call`'s output (blocks until it is there; raises the thread's error)."""
-        self._wait(call)
+        """Call `call`'s output (blocks until it is there). Raises `CallFailed` when a call
+        up to it failed: the learner's step fails with it and drops that call."""
+        if not self._wait(call):
+            raise self._error
         with self._cond:
             out = self._ready.pop(call)
             self.taken = call
+            for c in [c for c in self._ready if c < call]:
+                del self._ready[c]  # dropped calls' (none are made; kept to be sure)
             for c in [c for c in self._states if c < call]:
                 del self._states[c]
         return out
@@ -270,7 +288,8 @@ class Pipeline:
             return call
 
     def drop(self, call: int) -> None:
-        """Batch `call` is not trained on (its step failed); later calls shift by one."""
+        """Batch `call` is not trained on (its step failed): not made (`skip`), and the
+        later calls shift by one."""
         with self._cond:
             self.dropped.add(call)
 
@@ -286,10 +305,21 @@ class Pipeline:
                 call += 1
             return call
 
-    def capture(self, through: int) -> tuple[dict[int, Produced], dict]:
+    def capture(self, through: int) -> tuple[dict[int, Produced], dict, int]:
         """(the calls made after the learner's last take, up to `through`; the rollout's
-        state after call `through`), waiting for those calls if needed."""
+        state after the last of them; that call), waiting for those calls. When a call
+        failed first, what was made before it (the failure stays for `take`)."""
         self._wait(through)
         with self._cond:
-            ready = {c: p for c, p in self._ready.items() if c <= through}
-            return ready, self._states[through]
+            last = max(c for c in self._states if c <= through)
+            ready = {c: p for c, p in self._ready.items() if self.taken < c <= last}
+            return ready, self._states[last], last
+
+
+class CallFailed(RuntimeError):
+    """A rollout call failed (raised by the learner's `take` of it or of a later call)."""
+
+    def __init__(self, call: int, error: BaseException):
+        super().__init__(f"rollout call {call} failed: {type(error).__name__}: {error}")
+        self.call = call
+        self.__cause__ = error

@@ -51,6 +51,7 @@ from rl.checkpoint.storage import orbax_coordination_barriers
 from rl.train import evaluation
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
+from rl.train.pipeline import CallFailed
 from rl.train.batch import assemble
 from rl.train.build import Run, export
 from rl.train.collect import Collector
@@ -112,7 +113,8 @@ class Trainer:
         self.version = 0  # steps done: the policy after step s is version s
         self.call = 0     # the rollout call (batch) the running step trains on
         self.overlap = Overlap(self) if cfg.rollout.mode != "sync" else None
-        self.staleness_cap = max(1, int(cfg.rollout.max_staleness))
+        # the staleness histogram's last bin: the sampler's lag (older tokens: carried)
+        self.staleness_cap = max(1, self.overlap.lag if self.overlap is not None else 1)
         self.uses_js = (self.alg.reweight == "divergence_weighted"
                         and self.alg.reweight_options.get("divergence", "js") == "js")
 
@@ -175,6 +177,8 @@ class Trainer:
         # the rollout thread samples with the version its call started under
         params, act = ((self.state.params, run.act) if self.overlap is None
                        else (self.overlap.params, run.rollout_act))
+        if self.overlap is not None and run.tree is None:  # a stop ends the call early
+            flat["stop_when"] = self.overlap.interrupt(flat.get("stop_when"))
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, params, prompts,
                                           run.tree, run.sampling_params, rng,
@@ -209,7 +213,12 @@ class Trainer:
             groups, stats, finish_rewards, self.rng = self.collector.collect(step, self.rng)
             self.mark("sample", start)
             return groups, stats, finish_rewards
-        groups, stats, (started, ended), self.call = self.overlap.take()
+        self.call = self.overlap.next_call()  # a failed call is the one to drop
+        try:
+            groups, stats, (started, ended) = self.overlap.take(self.call)
+        except CallFailed as e:
+            self.call = e.call
+            raise
         self.mark("sample", started, ended)
         self.mark("wait_batch", start)
         return groups, stats, lambda: None
@@ -237,6 +246,8 @@ class Trainer:
         if not groups.num_groups:  # nothing to learn from: no update (not even momentum)
             finish_rewards()
             self.publish()
+            if self.overlap is not None:
+                self.overlap.pump()
             elapsed = time.perf_counter() - t0
             metrics = stats | {"batch/rows": 0, "update/skipped": 1, "time/rollout": elapsed,
                                "time/step": elapsed}
@@ -302,7 +313,7 @@ class Trainer:
         was sampled by an older version), else the sampler's log-probs (`sampler`, and
         `interpolate`, which the learner replaces)."""
         how = self.run_.old_logp
-        stale = bool(np.any(seqs.mask & (seqs.versions != self.version)))
+        stale = bool(np.any(seqs.mask & ~self.fresh(seqs)))
         if how == "recompute" or (how == "recompute_stale" and stale):
             return self.learner.score(self.state.params, sequences)[0]
         return seqs.sampler_logp
@@ -313,8 +324,17 @@ class Trainer:
         weight is exactly 1); the others keep the recomputed one."""
         if self.run_.old_logp != "recompute_stale":
             return old_logp
-        return np.where(seqs.versions == self.version, seqs.sampler_logp,
-                        old_logp).astype(np.float32)
+        return np.where(self.fresh(seqs), seqs.sampler_logp, old_logp).astype(np.float32)
+
+    def fresh(self, seqs) -> np.ndarray:
+        """[rows, C] the tokens the learner's own version sampled from its own context:
+        with kept pages (rollout.kv_on_update=keep), only while every earlier token of
+        the row was that version's too (the others attend to older keys and values)."""
+        own = seqs.versions == self.version
+        if self.overlap is None or not self.collector.keep_kv:
+            return own
+        older = np.where(seqs.versions >= 0, seqs.versions, self.version) != self.version
+        return own & ~np.logical_or.accumulate(older, axis=1)
 
     def update_inputs(self, seqs, grad_mask, adv, old_logp, ref_logp) -> dict:
         """The learner's per-token inputs: mask, advantages, π_old, π_ref, and, when the
