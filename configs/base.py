@@ -258,8 +258,9 @@ def rollout_section() -> ml_collections.ConfigDict:
     # under the newer policy (docs/training.md, "Asynchronous rollouts")
     r.mode = "sync"
     # async: η, how many policy versions the sampler runs behind the learner (a batch's
-    # prompts start once the learner has reached its step - 1 - η); no new prompt is
-    # admitted while a carried sample began more than η versions earlier. 0 = sync
+    # prompts start once the learner has reached its step - 1 - η; carried samples end
+    # older); no new prompt is admitted while a carried sample began more than η
+    # versions earlier. 0 = the synchronous schedule
     r.max_staleness = 1
     # async: what a carried sample's KV pages become under the new policy: recompute
     # (prefilled again by the new version, AReaL's) | keep (the old version's pages and
