@@ -195,6 +195,12 @@ class Tokenizer(abc.ABC):
         return self._ids["pad"]
 
     @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """The strings that encode() turns into special ids wherever they occur in text
+        (text from outside, a tool's output say, must not contain them)."""
+        return tuple(t for n in _SPECIAL_NAMES if (t := self._tokens[n]) is not None)
+
+    @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None
 
@@ -260,6 +266,11 @@ class HFTokenizer(Tokenizer):
 
     def _backend_special_tokens(self) -> dict[str, str]:
         return {"pad": self._json_pad_token} if self._json_pad_token else {}
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        added = self._tok.get_added_tokens_decoder()
+        return tuple(dict.fromkeys(added[i].content for i in sorted(added) if added[i].special))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids

@@ -24,6 +24,10 @@ def test_ids_are_bytes_and_specials(tok_dir):
         assert tok.decode(ids) == text
     assert tok.decode([72, 105, 258, 256]) == "Hi"  # specials skipped
     assert len(set(byte_tokenizer.byte_alphabet())) == 256
+    # the strings encode() matches as specials in any text
+    assert tok.special_tokens == ("<pad>", "<bos>", "<eos>")
+    assert [tok.encode(s, add_special_tokens=False) for s in tok.special_tokens] == [
+        [256], [257], [258]]
 
 
 def test_transformers_agrees(tok_dir):
