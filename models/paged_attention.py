@@ -66,11 +66,16 @@ class PageRows:
     row_group:     [S] int32 the group of each row, and
     row_slot:      [S] int32 its place in group_rows (group_rows[row_group[s],
                    row_slot[s]] == s for running rows).
-    own_tables:    [S, MPo] int32 a row's own pages written by earlier calls
-                   (full pages), or None when there are none (no zero-size
-                   arrays reach the compiler).
+    own_tables:    [S, MPo] int32 a row's own pages written by earlier calls,
+                   or None when there are none (no zero-size arrays reach the
+                   compiler).
     segment_tables: [S, steps / page_size] int32 the pages this call's tokens
                    go to (written when the call ends, `write_tail`).
+    own_valid:     [S, MPo, page_size] bool the own slots that hold a token, or
+                   None: every own slot does (full pages). A multi-turn row's
+                   pages have gaps (a turn that stopped inside its segment, a
+                   tool's reply shorter than its pages), which attention skips;
+                   its RoPE positions count its tokens, not its slots.
     """
 
     group_tables: jax.Array
@@ -80,6 +85,7 @@ class PageRows:
     row_slot: jax.Array
     own_tables: jax.Array | None
     segment_tables: jax.Array
+    own_valid: jax.Array | None = None
 
 
 def check_rows(rows: PageRows) -> None:
@@ -91,6 +97,17 @@ def check_rows(rows: PageRows) -> None:
     chex.assert_shape(rows.segment_tables, (s, None))
     if rows.own_tables is not None:
         chex.assert_shape(rows.own_tables, (s, None))
+    if rows.own_valid is not None:
+        if rows.own_tables is None:
+            raise ValueError("own_valid without own_tables")
+        chex.assert_shape(rows.own_valid, (s, rows.own_tables.shape[1], None))
+
+
+def own_mask(rows: PageRows, page_size: int) -> jax.Array:
+    """[S, MPo, page_size] bool: the own slots attention reads (all without `own_valid`)."""
+    if rows.own_valid is not None:
+        return rows.own_valid
+    return jnp.ones(rows.own_tables.shape + (page_size,), bool)
 
 
 def context_tables(rows: PageRows) -> jax.Array:
@@ -255,7 +272,7 @@ def decode_attention(rows: PageRows, step, pool: tuple, tail: tuple, q: jax.Arra
                   m.reshape(g, kv, r, h // kv)[pick], l_.reshape(g, kv, r, h // kv)[pick]))
     if mpo:  # the row's earlier pages
         parts.append(_row_partial(qh, pool_k[rows.own_tables], pool_v[rows.own_tables],
-                                  jnp.ones((s, mpo, ps), bool)))
+                                  own_mask(rows, ps)))
     return merge(parts).reshape(s, 1, h, dh).astype(q.dtype)
 
 
@@ -293,6 +310,45 @@ def view_attend(mask: jax.Array, views: tuple):
         viewed = _tail_partial(qg, view_k[layer], view_v[layer], mask)
         out = merge([viewed, _self_partial(qg, k[:, 0], v[:, 0])])
         return out.reshape(s, 1, h, dh).astype(q.dtype), _emit(new, layer, k, v)
+
+    return attend
+
+
+def _chunk_partial(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array):
+    """Unnormalised attention of a chunk's queries over the chunk's own keys.
+    q [B, K, C·G, Dh] (query c, head g at c·G + g); k, v [B, C, K, Dh]; mask [B, C, C]
+    (query, key) -> (o [B, K, C·G, Dh], m, l [B, K, C·G]) fp32."""
+    b, kv, cg, _ = q.shape
+    c = k.shape[1]
+    scale = q.shape[-1] ** -0.5
+    scores = jnp.einsum("bkqd,bjkd->bkqj", q, k, preferred_element_type=jnp.float32) * scale
+    keep = jnp.broadcast_to(mask[:, :, None, :], (b, c, cg // c, c)).reshape(b, 1, cg, c)
+    scores = jnp.where(keep, scores, NEG_INF)
+    m = jnp.max(scores, axis=-1)
+    p = jnp.where(keep, jnp.exp(scores - m[..., None]), 0.0)
+    o = jnp.einsum("bkqj,bjkd->bkqd", p, v.astype(jnp.float32),
+                   preferred_element_type=jnp.float32)
+    return o, m, jnp.sum(p, axis=-1)
+
+
+def extend_attend(context: jax.Array, valid: jax.Array, pages: jax.Array, within: jax.Array,
+                  mask: jax.Array, store=write):
+    """`attend` of a chunk appended to rows that already have a context in the pool (a
+    tool's reply after a policy's turn): writes the chunk's k/v to pages/within [B, C]
+    with `store`, and attends over the context's pages `context` [B, MP] where `valid`
+    [B, MP, ps], merged exactly with causal attention within the chunk under `mask`
+    [B, C, C]. The context is read with batched products, as a group's shared pages."""
+
+    def attend(q, k, v, pool, layer):
+        pool = store(pool, layer, pages, within, k, v)
+        b, c, h, dh = q.shape
+        kv = k.shape[2]
+        qh = q.reshape(b, c, kv, h // kv, dh).transpose(0, 2, 1, 3, 4).reshape(
+            b, kv, c * (h // kv), dh)
+        read = _group_partial(qh, pool[0][layer][context], pool[1][layer][context], valid)
+        own = _chunk_partial(qh, k, v, mask)
+        out = merge([read, own]).reshape(b, kv, c, h // kv, dh).transpose(0, 2, 1, 3, 4)
+        return out.reshape(b, c, h, dh).astype(q.dtype), pool
 
     return attend
 

@@ -302,10 +302,13 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
     block = jnp.arange(s, dtype=jnp.int32) // (s // shards.count) * (g // shards.count)
     start = pages.group_offsets[block + pages.row_group]
     shared = (slots[None] < group_end) & (slots[None] >= start[:, None])
+    if pages.own_tables is not None:  # the own slots that hold a token (gaps skipped)
+        own = paged_attention.own_mask(pages, ps).reshape(s, -1)
+        shared = shared | jnp.pad(own, ((0, 0), (group_end, steps)))
 
     def attend_for(i, pool, tail):
         del pool
-        mask = shared | ((slots[None] >= group_end) & (slots[None] < before + i))
+        mask = shared | ((slots[None] >= before) & (slots[None] < before + i))
         return paged_attention.view_attend(mask, tail)
 
     return attend_for, tails, before

@@ -100,3 +100,39 @@ def output_head(config: ModelConfig, params: dict) -> jax.Array:
 def head_logits(head: jax.Array, h: jax.Array) -> jax.Array:
     """fp32 logits [S, V] from hidden states [S, D] and `output_head` [D, V]."""
     return jnp.dot(h, head, preferred_element_type=jnp.float32)
+
+
+def extend_forward(config: ModelConfig, params: dict, cache: KVCache, tokens: jax.Array,
+                   lengths: jax.Array, positions: jax.Array, context: jax.Array,
+                   valid: jax.Array, pages: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Appends a chunk to rows that have a context in the cache: a tool's reply after
+    a policy's turn, written onto the row's pages instead of re-prefilling it.
+
+    Args:
+      tokens: [B, C] int ids, left-aligned: row b's chunk is tokens[b, :lengths[b]].
+      lengths: [B] int32 in [1, C].
+      positions: [B] int32 RoPE position of each row's first chunk token (the row's
+        tokens so far).
+      context: [B, MP] int32 the pages the row's earlier tokens are in.
+      valid: [B, MP, page_size] bool which of their slots hold a token.
+      pages: [B, C / page_size] int32 the pages the chunk goes to (slot j: page
+        j // page_size, slot j % page_size); slots past a row's length go to the null
+        page.
+
+    Returns:
+      (final-norm hidden state of each row's last chunk token [B, D], cache).
+    """
+    b, c = tokens.shape
+    chex.assert_shape([lengths, positions], (b,))
+    chex.assert_shape(context, (b, None))
+    chex.assert_shape(valid, (b, context.shape[1], cache.page_size))
+    ps = cache.page_size
+    j = jnp.arange(c, dtype=jnp.int32)
+    real = j[None] < lengths[:, None]                                       # [B, C]
+    where = jnp.where(real, pages[:, j // ps], NULL_PAGE)
+    within = jnp.broadcast_to(j % ps, (b, c))
+    mask = (j[None, None, :] <= j[None, :, None]) & real[:, None, :]       # [B, C, C]
+    attend = paged_attention.extend_attend(context, valid, where, within, mask)
+    x, (k, v) = models.run_layers(config, params, tokens, positions[:, None] + j[None], attend,
+                                  (cache.k, cache.v), scan=True)
+    return x[jnp.arange(b), lengths - 1], KVCache(k, v)

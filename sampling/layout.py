@@ -46,7 +46,8 @@ def prompt_bucket(length: int, page_size: int) -> int:
 
 def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np.ndarray,
               own_tables: np.ndarray, segment_tables: np.ndarray,
-              padding: np.ndarray, shards: int = 1) -> PageRows:
+              padding: np.ndarray, shards: int = 1,
+              own_valid: np.ndarray | None = None) -> PageRows:
     """Host-side `PageRows` from each row's group (`row_group` [S], indexing
     `group_tables` [G, MPs] / `group_offsets` [G]), earlier own pages and
     this call's pages; `padding` rows [S] belong to no group.
@@ -60,7 +61,8 @@ def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np
     With `shards` > 1 the rows are D equal blocks, one per batch shard
     (`sampling.shards`), each of whose groups has all its rows in the block: the
     chunks are laid out in D equal blocks too and `group_rows` / `row_group` hold
-    indices local to the block (what each shard's program indexes)."""
+    indices local to the block (what each shard's program indexes). `own_valid`
+    [S, MPo, page_size] bool: the own slots that hold a token (None: all)."""
     s = len(row_group)
     per = s // shards
     members = [{} for _ in range(shards)]  # per block: group -> its rows (local)
@@ -94,7 +96,9 @@ def page_rows(group_tables: np.ndarray, group_offsets: np.ndarray, row_group: np
                     row_group=chunk_of, row_slot=row_slot,
                     own_tables=(np.asarray(own_tables, np.int32) if own_tables.shape[1]
                                 else None),
-                    segment_tables=np.asarray(segment_tables, np.int32))
+                    segment_tables=np.asarray(segment_tables, np.int32),
+                    own_valid=(np.asarray(own_valid, bool) if own_valid is not None
+                               and own_tables.shape[1] else None))
 
 
 def check_prompts(config: ModelConfig, prompts) -> list[list[int]]:

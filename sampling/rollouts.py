@@ -30,6 +30,10 @@ class Rollouts:
     # `generate(keep_partial=True)`: each row's kept cache (sampling.row_kv.RowKV) when it
     # is unfinished ("partial"), else None
     kv: list | None = None
+    # multi-turn (`sampling.turns`): [R, N] bool the policy's tokens (False on the
+    # environment's replies, whose log-probs are 0; None: every token is the policy's)
+    loss_mask: np.ndarray | None = None
+    turns: np.ndarray | None = None  # [R] int32 the policy's turns
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])

@@ -27,6 +27,7 @@ LAYERS = (
     ("rl.algorithms",),
     ("rl.data",),
     ("rl.checkpoint",),
+    ("rl.envs",),
     ("rl.train",),
     ("rl.analysis", "rl.sweeps"),
     ("launch",),

@@ -21,9 +21,10 @@ the process afterwards:
    no ptrace, mounts, namespaces, io_uring, BPF, kernel modules, clock changes,
    raised resource limits, no System V IPC, no priority or scheduling changes of other
    processes, and no chmod/chown/xattr/utime/file-flag changes (Landlock governs
-   opening a file, not its metadata, and the process may own the interpreter's files). A denied call fails with EPERM (clone3 with ENOSYS, so threads
-   fall back to clone): Python raises `PermissionError` and the code's own error
-   handling sees it.
+   opening a file, not its metadata, and the process may own the interpreter's
+   files). A denied call fails with EPERM (clone3 with ENOSYS, so threads fall back
+   to clone): Python raises `PermissionError` and the code's own error handling sees
+   it.
 
 Written here rather than taken from a package: the maintained Python bindings for
 Landlock are pre-releases, and libseccomp's own Python bindings are not on PyPI; the

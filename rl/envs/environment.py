@@ -114,3 +114,25 @@ class ToolEnvironment:
         for special in self._specials:
             text = text.replace(special, special[:1] + "\u200b" + special[1:])
         return text
+
+
+class Episodes:
+    """An `Environment` as the sampler's `respond` (`sampling.turns`): decodes each
+    stopped turn's tokens to text with `tokenizer` (special tokens dropped: the stop
+    token is not the policy's text), answers with the reply's tokens or None (done), and
+    counts per sample its tool calls, parse failures and tool errors."""
+
+    COUNTS = ("tool_calls", "parse_failures", "tool_errors")
+
+    def __init__(self, env: Environment, tokenizer, samples: int):
+        self.env, self.tokenizer = env, tokenizer
+        self.counts = {name: [0] * samples for name in self.COUNTS}
+
+    def __call__(self, ends) -> list[tuple[int, ...] | None]:
+        turns = [Turn(tuple(e.tokens), self.tokenizer.decode(list(e.tokens)), True)
+                 for e in ends]
+        replies = self.env.respond(turns)
+        for end, reply in zip(ends, replies, strict=True):
+            for name in self.COUNTS:
+                self.counts[name][end.row] += getattr(reply, name)
+        return [None if reply.done else reply.observation for reply in replies]

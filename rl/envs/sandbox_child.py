@@ -11,10 +11,17 @@ The code cannot fake that: it runs after the marker is written. An uncaught
 exception prints its traceback to stderr and exits with 1.
 """
 
+import importlib.util
 import json
 import os
 import sys
 import traceback
+
+# confine.py by path: the project is not importable in the child (no site, no path)
+_SPEC = importlib.util.spec_from_file_location(
+    "confine", os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py"))
+confine = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(confine)
 
 CONFINE_FAILED = 71  # EX_OSERR
 READY = "\0confined\n"
@@ -22,9 +29,6 @@ READY = "\0confined\n"
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import confine  # noqa: PLC0415 - by path: the project is not importable here
-    del sys.path[0]
     code = sys.stdin.read()
     sys.stdin.close()
     os.chdir(spec["scratch"])
