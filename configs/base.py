@@ -80,10 +80,10 @@ def rl_section() -> ml_collections.ConfigDict:
     """The algorithm, by name; None-valued options keep each component's default."""
     rl = ml_collections.ConfigDict()
     # advantage.name: the estimator (grpo, dr_grpo, rloo, reinforce_pp,
-    # reinforce_pp_baseline, mc_grpo, tree); the other keys are its options
+    # reinforce_pp_baseline, mc_grpo, tree, seeupo); the other keys are its options
     rl.advantage = _options(eps=float, ddof=int, std_scope=str, baseline=bool, gamma=float,
                             scale=str, depth_weighting=str, skip_zero_std=bool, whiten=bool,
-                            level=str)
+                            level=str, clip=float, std_floor=float)
     rl.advantage.name = "grpo"
     # loss.name: the policy loss (ppo, gspo, gspo_token, nsr, cispo, bapo). Common to
     # every loss: agg (aggregation mode), norm_length (constant length of dr_grpo's

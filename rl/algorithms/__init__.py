@@ -14,6 +14,8 @@
   rl.algorithms.reweighting     token reweighters (fipo, logp_reweight,
                                 divergence_weighted, delta_logp_mask)
   rl.algorithms.overlong        DAPO's soft overlong penalty
+  rl.algorithms.seeupo          SeeUPO's multi-turn numerics (the `seeupo` estimator, the
+                                turns' sequence ratios and advantage factor, turn order)
   rl.algorithms.ops             masked means and group statistics they share
   rl.algorithms.algorithm       `Algorithm`: the `config.rl` section resolved and
                                 checked (`from_config`)
@@ -22,6 +24,7 @@ Each estimator and loss has an independent NumPy reference test. Formulas and
 sources: docs/algorithms.md.
 """
 
+from rl.algorithms import seeupo  # noqa: F401  (registers the `seeupo` estimator)
 from rl.algorithms.algorithm import Algorithm, from_config
 
 __all__ = ["Algorithm", "from_config"]
