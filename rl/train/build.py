@@ -40,6 +40,7 @@ from rl.data.from_config import make_selector, make_sources
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
 from rl.train import checks
+from rl.train import learner as learner_lib
 from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
 
@@ -352,3 +353,12 @@ def export(path: str, run: Run, params: Any) -> str:
                 paths.copy_file(src, os.path.join(local, name))
     multihost.sync(f"export {path}")
     return path
+
+
+def optimizer_for(cfg) -> Any:
+    """The learner's optimizer from the config's `optim` and `train` sections."""
+    o, t = cfg.optim, cfg.train
+    return learner_lib.make_optimizer(
+        o.lr, total_steps=t.steps * t.epochs * t.minibatches, schedule=o.schedule,
+        warmup_steps=o.warmup_steps, b1=o.b1, b2=o.b2, eps=o.eps,
+        weight_decay=o.weight_decay, grad_clip=o.grad_clip, end_lr_fraction=o.end_lr_fraction)

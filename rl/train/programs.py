@@ -42,7 +42,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 from rl.train import build, memory_plan
 from rl.train import learner as learner_lib
 from rl.train.batch import PROMPT_MULTIPLE, round_up
-from rl.train.trainer import optimizer_for
 from sampling import engine, flat
 from sampling import shards as shards_lib
 from sampling.page_pool import NULL_PAGE
@@ -54,7 +53,7 @@ def make_learner(run) -> learner_lib.Learner:
     """The trainer's learner for `run` (rl.train.trainer.Trainer builds the same)."""
     cfg = run.cfg
     return learner_lib.Learner(
-        run.model_config, run.algorithm, optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
+        run.model_config, run.algorithm, build.optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
         minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
         logits_chunk=min(cfg.train.logits_chunk, run.completion_len))
 

@@ -48,7 +48,7 @@ from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.checkpoint.storage import orbax_coordination_barriers
-from rl.train import evaluation
+from rl.train import build, evaluation, step_metrics
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
 from rl.train.pipeline import CallFailed
@@ -60,17 +60,10 @@ from rl.train.groups import Groups
 from rl.train.logs import RunLog
 from rl.train.progress import Progress
 
+
 def in_memory(tree: Any, kind: str) -> Any:
     """`tree` with the same shardings in memory `kind` ("pinned_host" or "device")."""
     return jax.tree.map(lambda x: jax.device_put(x, x.sharding.with_memory_kind(kind)), tree)
-
-
-def optimizer_for(cfg) -> Any:
-    o, t = cfg.optim, cfg.train
-    return learner_lib.make_optimizer(
-        o.lr, total_steps=t.steps * t.epochs * t.minibatches, schedule=o.schedule,
-        warmup_steps=o.warmup_steps, b1=o.b1, b2=o.b2, eps=o.eps,
-        weight_decay=o.weight_decay, grad_clip=o.grad_clip, end_lr_fraction=o.end_lr_fraction)
 
 
 class Trainer:
@@ -79,7 +72,7 @@ class Trainer:
         self.run_, self.cfg, self.workdir = run, cfg, workdir
         self.alg = run.algorithm
         self.learner = learner_lib.Learner(
-            run.model_config, self.alg, optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
+            run.model_config, self.alg, build.optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
             minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
             logits_chunk=min(cfg.train.logits_chunk, run.completion_len),
             proximal="interpolate" if run.old_logp == "interpolate" else "given")
@@ -294,8 +287,8 @@ class Trainer:
 
         metrics = (dict(stats) | shaping
                    | self.credit.reweight_metrics(seqs, grad_mask, weight, divergence)
-                   | self.learner_metrics(learner_metrics, kl_mean)
-                   | batch_metrics(groups, adv, grad_mask))
+                   | step_metrics.learner(learner_metrics, self.alg, kl_mean)
+                   | step_metrics.batch(groups, adv, grad_mask))
         if self.overlap is not None or cfg.rollout.april:
             metrics |= Staleness.of(groups, self.version - 1).metrics(self.staleness_cap)
         metrics.update({
@@ -352,18 +345,6 @@ class Trainer:
                                           -1).astype(np.int32)
         return update
 
-    def learner_metrics(self, learner_metrics: dict, kl_mean: float) -> dict[str, float]:
-        """The update's metrics as learner/*, the headline ones also without the prefix,
-        and the KL when it is in the reward (the loss then has no KL term to log)."""
-        out = {f"learner/{k}": float(v) for k, v in learner_metrics.items()}
-        for key in ("kl", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
-            if f"learner/{key}" in out:
-                out[key] = out[f"learner/{key}"]
-        if self.alg.kl_in_reward and self.alg.kl_coef > 0:
-            out["kl"] = out["kl/in_reward"] = float(kl_mean)
-            out["kl/reward_penalty"] = -self.alg.kl_coef * float(kl_mean)
-        return out
-
     # -- the loop -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
@@ -410,24 +391,3 @@ class Trainer:
             if self.overlap is not None:
                 self.overlap.stop()
             self.log.close()
-
-
-def batch_metrics(groups: Groups, adv: np.ndarray, grad_mask: np.ndarray) -> dict[str, float]:
-    """Rewards, accuracy and lengths of the step's real rows (DARS pads its groups with
-    invalid rows), and the mean |advantage| over the trained tokens."""
-    real = np.asarray(groups.valid, bool)
-    n = int(real.sum())
-    rewards = np.asarray(groups.rewards, np.float32)[real]
-    correct = np.asarray(groups.correct, bool)[real]
-    lengths = np.array([len(c) for c in groups.completions])[real] if n else np.zeros(1)
-    return {
-        "reward/mean": float(rewards.mean()) if n else 0.0,
-        "reward/std": float(rewards.std()) if n else 0.0,
-        "accuracy": float(np.mean(correct)) if n else 0.0,
-        "response_length/mean": float(lengths.mean()),
-        "response_length/max": int(lengths.max()),
-        "response_length/truncated_frac": (float(np.mean(np.asarray(groups.truncated)[real]))
-                                           if n else 0.0),
-        "batch/rows": n, "update/skipped": 0,
-        "advantage/abs_mean": float(np.abs(adv[grad_mask]).mean()) if grad_mask.any() else 0.0,
-    }

@@ -17,7 +17,7 @@ from models import sharding
 from rl.train import build, memory_plan
 from rl.train import learner as learner_lib
 from rl.train.batch import assemble
-from rl.train.trainer import optimizer_for
+from rl.train.build import optimizer_for
 from sampling import engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
