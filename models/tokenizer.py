@@ -196,8 +196,8 @@ class Tokenizer(abc.ABC):
 
     @property
     def special_tokens(self) -> tuple[str, ...]:
-        """The strings that encode() turns into special ids wherever they occur in text
-        (text from outside, a tool's output say, must not contain them)."""
+        """The strings that encode() turns into their own ids wherever they occur in text
+        (text from outside, a tool's output say, must not contain them): the added tokens."""
         return tuple(t for n in _SPECIAL_NAMES if (t := self._tokens[n]) is not None)
 
     @property
@@ -269,8 +269,8 @@ class HFTokenizer(Tokenizer):
 
     @property
     def special_tokens(self) -> tuple[str, ...]:
-        added = self._tok.get_added_tokens_decoder()
-        return tuple(dict.fromkeys(added[i].content for i in sorted(added) if added[i].special))
+        added = self._tok.get_added_tokens_decoder()  # special or not, each is matched whole
+        return tuple(dict.fromkeys(added[i].content for i in sorted(added)))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids

@@ -22,8 +22,9 @@ use key fold_in(rng, s) and the row's index, as `sampling.flat`.
 
 Limits: `sp.max_new_tokens` is the episode's whole budget after the prompt (its turns
 and the replies); `max_turn_tokens` a turn's; `max_turns` the policy's turns. A row
-ends with finish reason "stop" when the environment ends it, "length" when a budget or
-the turn limit cuts it (`stats["turn_limit_rows"]` counts the latter).
+ends with finish reason "stop" when the environment ends it (the last allowed turn is
+sent to it too), "length" when a budget cuts it or the environment answers the last
+allowed turn (`stats["turn_limit_rows"]` counts the latter).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from models.config import ModelConfig
@@ -55,7 +55,14 @@ class TurnEnd:
 
 Respond = Callable[[Sequence[TurnEnd]], Sequence[Sequence[int] | None]]
 
-_extend = jax.jit(extend_forward, static_argnums=(0,), donate_argnums=(2,))
+def _extend_rows(config, params, cache, hidden, where, *chunk):
+    """`extend_forward`, its hidden states put into the device rows `where` [B] of
+    `hidden` [S, D] (an index past S: a padding row, dropped) -> (hidden, cache)."""
+    new, cache = extend_forward(config, params, cache, *chunk)
+    return hidden.at[where].set(new.astype(hidden.dtype), mode="drop"), cache
+
+
+_extend = jax.jit(_extend_rows, static_argnums=(0,), donate_argnums=(2, 3))
 
 
 @dataclasses.dataclass
@@ -224,10 +231,7 @@ class _Loop:
             if k == budget:  # a budget cut it (a turn or the episode)
                 row.finish = "length"
             return False
-        if row.turns >= self.max_turns:
-            row.finish, row.turn_limit = "length", True
-            return False
-        return True
+        return True  # the environment ends it, or answers (past max_turns: cut)
 
     def _append(self, samples: list[int], replies, hidden, cache):
         """Appends each reply onto its sample's pages (one extend call for all)."""
@@ -242,17 +246,19 @@ class _Loop:
             elif len(reply) == 0:
                 raise ValueError(f"the environment answered row {i} with no tokens (None ends "
                                  "an episode)")
+            elif row.turns >= self.max_turns:
+                row.finish, row.turn_limit = "length", True  # it wants another turn
             elif len(row.tokens) + len(reply) >= self.sp.max_new_tokens:
                 row.finish = "length"  # no room for the reply and a token after it
             else:
-                go.append((i, [int(t) for t in reply]))
+                go.append((i, engine.check_prompts(self.config, [reply])[0]))
         if not go:
             return hidden, cache
         return self._extend(go, hidden, cache)
 
     def _extend(self, go: list[tuple[int, list[int]]], hidden, cache):
         ps = self.page_size
-        b = engine.row_bucket(len(go))
+        b = self.placement.rows  # one row count: a compile per chunk and context width
         c = engine.next_pow2(-(-max(len(t) for _, t in go) // ps)) * ps
         prompt = self.layout.tables.shape[1]
         own, valid = self._tables([i for i, _ in go])
@@ -282,11 +288,11 @@ class _Loop:
             row.turns += 1
             row.turn_tokens = 0
             self.stats["observed_tokens"] += len(reply)
-        new_hidden, cache = _extend(self.config, self.params, cache, tokens, lengths,
-                                    positions, context, mask, pages)
+        where = np.full(b, b, np.int32)  # padding rows: out of range, dropped
+        where[:len(go)] = self.device[[i for i, _ in go]]
         self.stats["extend_calls"] += 1
-        where = jnp.asarray(self.device[[i for i, _ in go]])
-        return hidden.at[where].set(new_hidden[:len(go)]), cache
+        return _extend(self.config, self.params, cache, hidden, where, tokens, lengths,
+                       positions, context, mask, pages)
 
 
 def _rollouts(rows: list[_Row], num_prompts: int, n: int, pad, stats: dict) -> Rollouts:

@@ -60,7 +60,7 @@ class Environment(Protocol):
 class ToolEnvironment:
     """Tools behind a parser. `max_calls`: calls run per turn (more are answered with an
     error); `max_output_chars`: each output is cut there (`TRUNCATED` marks it). Any of
-    the tokenizer's special-token strings in an output is broken with a zero-width space
+    the tokenizer's added-token strings in an output is broken with a zero-width space
     so that it stays text: a tool cannot end the policy's turn or open a new one."""
 
     def __init__(self, tools: Sequence[Tool], *, parser: str, fmt: ObservationFormat,

@@ -172,6 +172,11 @@ class Sandbox:
                 if sum(len(c) for c in chunks.values()) > limit:
                     stopped = "output_limit"
                     break
+        if not stopped:  # both pipes closed: the child may still run (a closed stdout)
+            try:
+                proc.wait(timeout=max(self.limits.wall_s - (time.monotonic() - start), 0.0))
+            except subprocess.TimeoutExpired:
+                stopped = "timeout"
         if stopped:
             _kill(proc)
         proc.wait()

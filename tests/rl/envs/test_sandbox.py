@@ -22,6 +22,8 @@ CASES = {
     "infinite loop": ("while True:\n    pass", "cpu_limit", "1 s of CPU time"),
     "sleeps past the wall limit": ("import time\ntime.sleep(60)", "timeout",
                                    "8 s of wall time"),
+    "closes its output and sleeps": ("import os, time\nos.close(1)\nos.close(2)\n"
+                                     "time.sleep(60)", "timeout", "8 s of wall time"),
     "fork bomb": ("import os\nwhile True:\n    os.fork()", "error",
                   "PermissionError: [Errno 1] Operation not permitted"),
     # C's fork, below Python: the kernel refuses (seccomp), fork returns -1
