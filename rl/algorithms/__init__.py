@@ -24,7 +24,6 @@ Each estimator and loss has an independent NumPy reference test. Formulas and
 sources: docs/algorithms.md.
 """
 
-from rl.algorithms import seeupo  # noqa: F401  (registers the `seeupo` estimator)
 from rl.algorithms.algorithm import Algorithm, from_config
 
 __all__ = ["Algorithm", "from_config"]

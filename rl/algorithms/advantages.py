@@ -15,6 +15,7 @@ Estimators (formulas in docs/algorithms.md):
                  (the trainer samples the extra one), one pivot per group
                  excluded from the gradient (`gradient_mask`)
   tree           TreePO per-depth subgroup baselines (rl/algorithms/tree_advantage.py)
+  seeupo         R - mean_g, standardised over the batch, clipped (rl/algorithms/seeupo.py)
 
 Token-level reweighters (fipo, logp_reweight, divergence_weighted) compose on
 top of any of these: `reweight(name, adv, mask, ...)` from rl/algorithms/reweighting.py.
@@ -30,7 +31,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rl.algorithms import ops, tree_advantage
+from rl.algorithms import ops, seeupo, tree_advantage
 from rl.algorithms.reweighting import reweight  # noqa: F401  (re-exported)
 from rl.registry import Registry, check_kwargs
 
@@ -226,3 +227,4 @@ def _mc_grpo(rewards, index, valid, *, scale: str = "mad", eps: float | None = N
 
 
 register("tree")(tree_advantage.tree)  # TreePO (rl/algorithms/tree_advantage.py)
+register("seeupo")(seeupo.advantage)  # SeeUPO's GRAE (rl/algorithms/seeupo.py)

@@ -34,15 +34,13 @@ import jax
 import jax.numpy as jnp
 
 from rl.algorithms import ops
-from rl.algorithms.advantages import register
 
 ORDERS = ("reverse", "sequential")
 
 
-@register("seeupo")
-def _seeupo(rewards, index, valid, *, clip: float = 3.0, std_floor: float = 1e-6,
-            ddof: int = 1) -> jax.Array:
-    """[N]: R - mean_g (no centring for a group of one), standardised over the valid
+def advantage(rewards, index, valid, *, clip: float = 3.0, std_floor: float = 1e-6,
+              ddof: int = 1) -> jax.Array:
+    """The `seeupo` estimator (registered in `rl.algorithms.advantages`). [N]: R - mean_g (no centring for a group of one), standardised over the valid
     samples of the batch, clipped to ±clip."""
     count, mean, _ = ops.group_moments(rewards, index, valid)
     centred = jnp.where(valid, rewards - jnp.where(count > 1, mean, 0.0), 0.0)
@@ -58,9 +56,8 @@ def sequence_log_ratio(new_logp: jax.Array, old_logp: jax.Array, mask: jax.Array
     """[N]: the mean over each row's `mask` [N, T] of new - old log-probs [N, T] (a row
     with no token: 0), clipped to ±bound."""
     chex.assert_equal_shape([new_logp, old_logp, mask])
-    mask = mask.astype(jnp.float32)
-    total = jnp.sum((new_logp - old_logp) * mask, axis=-1)
-    return jnp.clip(total / jnp.maximum(jnp.sum(mask, axis=-1), 1.0), -bound, bound)
+    return jnp.clip(ops.masked_mean(new_logp - old_logp, mask.astype(bool), axis=-1),
+                    -bound, bound)
 
 
 def update_factor(factor: jax.Array, log_ratio: jax.Array, present: jax.Array, *,
