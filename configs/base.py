@@ -17,7 +17,7 @@ formulas and sources of every algorithm component: docs/algorithms.md.
 import ml_collections
 from ml_collections import config_dict
 
-from configs import variants
+from configs import multiturn, variants
 
 ARCHITECTURE_FIELDS = {
     "vocab_size": int, "hidden_size": int, "num_layers": int, "num_heads": int,
@@ -148,6 +148,7 @@ def rl_section() -> ml_collections.ConfigDict:
     # library fallback), in parallel; 0 or 1 = one
     rl.reward.workers = 2
     rl.reward.timeout_s = 5.0  # hard limit per completion in those processes
+    rl.multiturn = multiturn.multiturn_section()
     return rl
 
 
@@ -273,6 +274,11 @@ def rollout_section() -> ml_collections.ConfigDict:
     r.april = False
     # APRIL and rollout.mode=async: groups in flight per call / prompts_per_step (>= 1)
     r.over_provision = 2.0
+    # multi-turn episodes (docs/tools.md): the policy's turns, each answered by the `env`
+    # section's tools (0 = single-turn); tokens per turn (0 = sampling.max_new_tokens,
+    # which is the whole episode's budget: turns and tool replies)
+    r.max_turns = 0
+    r.max_turn_tokens = 0
     return r
 
 
@@ -372,6 +378,7 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.sft = sft_section()
     config.checkpoint = checkpoint_section()
     config.fault = fault_section()
+    config.env = multiturn.env_section()
     config.seed = 0  # data order, sampling and minibatch shuffles
     # JAX's persistent compilation cache for the launch/ entry points ("" = off): a rerun
     # with the same shapes loads its XLA executables instead of compiling them

@@ -4,6 +4,7 @@
     python -m launch.train --config=configs/demo.py --workdir=/tmp/run
     python -m launch.train --config=configs/demo.py:tree --workdir=/tmp/tree
     python -m launch.train --config=configs/demo.py:dapo --workdir=/tmp/dapo
+    python -m launch.train --config=configs/demo.py:tools --workdir=/tmp/tools
 
 No downloads: the model is initialised from `seed`, the tokenizer is the
 built-in byte tokenizer and the task is generated. A random-init model never
@@ -21,6 +22,12 @@ The argument after the colon is a comma-separated list of:
   tree        TreePO sampling and tree advantages, shaped for the demo's
               8-token answers: 2 segments of 4 tokens, 4 first branches each
               split in 2 (8 leaves per prompt, like `sampling.n=8`).
+  tools       another task, which the tiny model can only learn with a tool:
+              products of two 3-digit numbers ("123 * 456 = "), in episodes of
+              up to 2 turns with a calculator (pythonic tool calls); the warm
+              start's traces call it and copy its reply (docs/tools.md).
+  no_tools    the same products without the tool (the control: the answer must
+              be computed by the model itself).
   <preset>    a model preset other than `tiny`.
 The settings below are the measured run in the README.
 """
@@ -40,10 +47,37 @@ def _tree(config) -> None:
     config.rl.advantage.name = "tree"
 
 
+def _products(config, tools: bool) -> None:
+    """3-digit products, with a calculator (2-turn episodes) or without."""
+    config.data.task.name = "arithmetic"
+    for key in ("num_numbers", "max_number", "max_target", "template"):
+        config.data.task[key] = None  # countdown's
+    config.data.task.digits = 3
+    config.data.task.ops = "*"
+    config.data.task.answer_template = "{}"
+    if tools:
+        config.rollout.max_turns = 2
+        config.rollout.max_turn_tokens = 48
+        config.sampling.max_new_tokens = 96
+        config.env.tools = "calculator"
+        config.env.parser = "pythonic"  # half the tokens of hermes for the same call
+    else:
+        config.sampling.max_new_tokens = 8
+    config.train.steps = TOOLS_STEPS
+    config.sft.steps = TOOLS_SFT_STEPS
+
+
+OWN = ("tree", "tools", "no_tools")
+TOOLS_STEPS = 100
+TOOLS_SFT_STEPS = 40
+
+
 def get_config(arg: str | None = None):
     tokens = [t for t in (arg or "").split(",") if t]
     tree = "tree" in tokens
-    preset, chosen = base.parse_arg(",".join(t for t in tokens if t != "tree"))
+    if "tools" in tokens and "no_tools" in tokens:
+        raise ValueError("configs/demo.py: tools and no_tools are two runs, name one")
+    preset, chosen = base.parse_arg(",".join(t for t in tokens if t not in OWN))
     config = base.build(preset)
 
     # Two-number countdown ("17, 23 -> 391: " -> "17 * 23"), numbers up to 30:
@@ -84,6 +118,8 @@ def get_config(arg: str | None = None):
     config.rl.kl.coef = 0.0  # the demo's default: GRPO without a reference model
     if tree:
         _tree(config)
+    if "tools" in tokens or "no_tools" in tokens:
+        _products(config, tools="tools" in tokens)
     for name in chosen:  # a named variant brings all its own settings, KL included
         variants.apply(config, name)
     config.lock()

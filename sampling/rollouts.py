@@ -34,6 +34,9 @@ class Rollouts:
     # environment's replies, whose log-probs are 0; None: every token is the policy's)
     loss_mask: np.ndarray | None = None
     turns: np.ndarray | None = None  # [R] int32 the policy's turns
+    # multi-turn: per row, what its environment recorded (set by the caller that owns the
+    # environment, e.g. rl.envs.environment.Record; the sampler never reads it)
+    episodes: list | None = None
 
     def __len__(self) -> int:
         return int(self.lengths.shape[0])

@@ -37,6 +37,9 @@ class Example:
     uid: str        # canonical problem id (split assignment, deduplication)
     # offline pass rates of a weak and a strong reference model (BOTS's implicit evidence)
     pass_rates: tuple[float, float] | None = None
+    # an expression whose value is the answer ("123 * 456"): the calculator call of a
+    # tool-use warm start's traces ("" when the task has none)
+    work: str = ""
 
 
 def heldout_bucket(uid: str, seed: int) -> float:
@@ -56,6 +59,7 @@ class Task:
     answer_template: str = DEFAULT_ANSWER
     heldout_fraction: float = 0.1
     seed: int = 0
+    work: Callable[[dict], str] | None = None  # prompt fields -> Example.work
 
     def in_split(self, uid: str, split: str) -> bool:
         heldout = heldout_bucket(uid, self.seed) < self.heldout_fraction
@@ -71,7 +75,8 @@ class Task:
             fields, reference, answer, uid = self.draw(rng)
             if self.in_split(uid, split):
                 return Example(prompt=self.template.format(**fields), reference=reference,
-                               solution=self.answer_template.format(answer), uid=uid)
+                               solution=self.answer_template.format(answer), uid=uid,
+                               work=self.work(fields) if self.work else "")
         raise RuntimeError(f"{self.name}: no {split} problem in {MAX_DRAWS} draws; "
                            f"heldout_fraction={self.heldout_fraction} leaves it empty")
 
@@ -152,4 +157,4 @@ def arithmetic(*, digits: int = 3, ops: str = "+-*", heldout_fraction: float = 0
         return {"a": a, "op": op, "b": b}, result, str(result), f"arithmetic:{a}{op}{b}"
 
     return Task("arithmetic", "arithmetic", draw, template, answer_template,
-                heldout_fraction, seed)
+                heldout_fraction, seed, work=lambda f: f"{f['a']} {f['op']} {f['b']}")

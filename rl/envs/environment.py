@@ -71,7 +71,7 @@ class ToolEnvironment:
         self.tools = {tool.name: tool for tool in tools}
         if len(self.tools) != len(tools):
             raise ValueError("two tools share a name")
-        self.parse = PARSERS.get(parser)
+        self.parse, self.parser_name = PARSERS.get(parser), parser
         self.fmt, self.tokenizer = fmt, tokenizer
         self.max_calls, self.max_output_chars = max_calls, max_output_chars
         self._specials = tuple(sorted(tokenizer.special_tokens, key=len, reverse=True))
@@ -116,23 +116,45 @@ class ToolEnvironment:
         return text
 
 
+@dataclasses.dataclass
+class Record:
+    """What one episode did: its tool calls, parse failures and tool errors; `consumed`:
+    the tokens of its completion so far (turns and replies); `failure`: for its first
+    turn with a failed call (a tool error or a call that does not parse), (the
+    completion's length at that turn's end, the reply's tokens): Fission-GRPO's cut."""
+    tool_calls: int = 0
+    parse_failures: int = 0
+    tool_errors: int = 0
+    consumed: int = 0
+    failure: tuple[int, tuple[int, ...]] | None = None
+
+
 class Episodes:
     """An `Environment` as the sampler's `respond` (`sampling.turns`): decodes each
     stopped turn's tokens to text with `tokenizer` (special tokens dropped: the stop
     token is not the policy's text), answers with the reply's tokens or None (done), and
-    counts per sample its tool calls, parse failures and tool errors."""
+    keeps a `Record` per sample (`records[row]`)."""
 
     COUNTS = ("tool_calls", "parse_failures", "tool_errors")
 
     def __init__(self, env: Environment, tokenizer, samples: int):
         self.env, self.tokenizer = env, tokenizer
-        self.counts = {name: [0] * samples for name in self.COUNTS}
+        self.records = [Record() for _ in range(samples)]
+
+    @property
+    def counts(self) -> dict[str, list[int]]:
+        return {name: [getattr(r, name) for r in self.records] for name in self.COUNTS}
 
     def __call__(self, ends) -> list[tuple[int, ...] | None]:
         turns = [Turn(tuple(e.tokens), self.tokenizer.decode(list(e.tokens)), True)
                  for e in ends]
         replies = self.env.respond(turns)
         for end, reply in zip(ends, replies, strict=True):
+            record = self.records[end.row]
             for name in self.COUNTS:
-                self.counts[name][end.row] += getattr(reply, name)
+                setattr(record, name, getattr(record, name) + getattr(reply, name))
+            record.consumed += len(end.tokens)
+            if record.failure is None and (reply.parse_failures or reply.tool_errors):
+                record.failure = (record.consumed, tuple(reply.observation))
+            record.consumed += len(reply.observation)
         return [None if reply.done else reply.observation for reply in replies]

@@ -41,6 +41,7 @@ class Sequences:
 def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_size: int,
              groups: int, completion_len: int, sampler_logp: list[np.ndarray] | None = None,
              row_valid: list[bool] | None = None, versions: list[np.ndarray] | None = None,
+             loss_masks: list[np.ndarray | None] | None = None,
              prompt_multiple: int = PROMPT_MULTIPLE) -> Sequences:
     """Pads `len(prompts)` <= groups prompt groups into fixed-shape arrays.
 
@@ -48,7 +49,9 @@ def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_si
     completion (longer than `completion_len` is an error); sampler_logp[r]:
     one log-prob per token of completion r; row_valid[r]: False for a padding row
     inside a group (rl.train.groups.Groups.pad), which is then left out like padding groups;
-    versions[r]: the policy version of each token of completion r (default 0).
+    versions[r]: the policy version of each token of completion r (default 0);
+    loss_masks[r]: which of completion r's tokens are the policy's (a multi-turn episode's
+    tool replies are not: `mask` is False there; None: every token).
     """
     g, c = group_size, completion_len
     if len(prompts) > groups or len(completions) != len(prompts) * g:
@@ -72,7 +75,8 @@ def assemble(prompts: list[list[int]], completions: list[list[int]], *, group_si
         if len(comp) > c:
             raise ValueError(f"completion {i} has {len(comp)} tokens > completion_len {c}")
         completion[i, :len(comp)] = comp
-        mask[i, :len(comp)] = True
+        own = loss_masks[i] if loss_masks is not None else None
+        mask[i, :len(comp)] = True if own is None else np.asarray(own, bool)[:len(comp)]
         if sampler_logp is not None:
             logp[i, :len(comp)] = sampler_logp[i][:len(comp)]
         token_versions[i, :len(comp)] = versions[i][:len(comp)] if versions is not None else 0

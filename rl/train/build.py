@@ -39,7 +39,7 @@ from rl.data import sources as sources_lib
 from rl.data.from_config import make_selector, make_sources
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
-from rl.train import checks
+from rl.train import checks, multiturn
 from rl.train import learner as learner_lib
 from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
@@ -71,6 +71,8 @@ class Run:
     # the sampler's mesh and rules: `act` itself unless mesh.rollout_devices gives the
     # sampler devices of its own (rollout.mode one_step_off / async)
     rollout_act: sharding.ActivationSharding | None = None
+    # rollout.max_turns >= 1: the env section's tools (rl.envs.ToolEnvironment)
+    env: Any = None
 
     @property
     def samples_per_prompt(self) -> int:
@@ -251,10 +253,13 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
               rules, sharding.ActivationSharding(mesh, rules), eval_ks, old_logp=old_logp,
               stop_text=latex.complete_box if boxed else None)
     checks.check_rollout_mode(cfg, tree is not None)
+    multiturn.check(cfg, tree=tree is not None, devices=mesh.devices.size,
+                    processes=jax.process_count())
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
     rollout_act = (sharding.ActivationSharding(sampler_mesh, rules) if sampler_mesh is not None
                    else run.act)
-    return dataclasses.replace(run, selector=selector, rollout_act=rollout_act)
+    return dataclasses.replace(run, selector=selector, rollout_act=rollout_act,
+                               env=multiturn.environment(cfg, tokenizer))
 
 
 REFERENCES_CHECKED = 64  # examples of each split whose references the verifiers check

@@ -43,7 +43,7 @@ import numpy as np
 
 from rl.data import selectors
 from rl.data.sources import example_from_json, process_batches
-from rl.train import april
+from rl.train import april, fission, multiturn
 from rl.train.groups import Groups, all_alike, finish_rewards
 from rl.train.scoring import submit_rollouts
 
@@ -64,6 +64,8 @@ class Collector:
         self.keep_kv = cfg.rollout.mode == "async" and cfg.rollout.kv_on_update == "keep"
         self.carry = april.Carry(run.completion_len)
         self.waiting: list = []  # examples drawn from the iterator, not yet sampled
+        m = cfg.rl.multiturn
+        self.fission = fission.Buffer(m.fission_capacity) if m.fission else None
         self.first = run.samples_drawn  # before DARS's extras; mc_grpo draws G + 1
 
     # -- state ------------------------------------------------------------------------------
@@ -75,6 +77,8 @@ class Collector:
 
     def host_state(self) -> dict:
         out = {"data": self.data_state(), "selector": self.selector_state}  # arrays as they are
+        if self.fission is not None:
+            out["fission"] = self.fission.state()
         if self.carries:
             out["april"] = april.state_to_json(self.carry)
             out["april_waiting"] = [dataclasses.asdict(ex) for ex in self.waiting]
@@ -84,6 +88,8 @@ class Collector:
         self.set_data_state(host["data"])
         self.selector_state = (selectors.state_from_json(host["selector"])
                                if "selector" in host else self.selector.init_state())
+        if self.fission is not None:
+            self.fission.set_state(host.get("fission", []))
         if self.carries:
             self.carry = (april.state_from_json(host["april"]) if "april" in host
                           else april.Carry(self.run.completion_len))
@@ -144,7 +150,7 @@ class Collector:
                     if dynamic and all_alike(correct):
                         continue  # dynamic sampling: nothing to learn from this group
                 if kept.num_groups < want:
-                    kept.add(prompts[p], group, version)
+                    kept.add(prompts[p], group, version, refs[p])
             if kept.num_groups >= want:
                 break
         if len(kept.completions) != kept.num_groups * self.group_size:
@@ -155,6 +161,20 @@ class Collector:
         stats: dict[str, float] = dict(self.selector.metrics(self.selector_state))
         if self.run.tree is not None:
             stats.update(tree_stats([r for r, _, whole in sampled if whole]))
+        stats.update(multiturn.episode_stats([r for r, _, _ in sampled]))
+        return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
+
+    def collect_prompts(self, prompts: list, references: list, rng, version: int):
+        """Groups of `run.samples_per_prompt` samples of given prompts (token ids), e.g.
+        Fission-GRPO's corrective prompts; returns what `collect` does."""
+        rng, key = jax.random.split(rng)
+        rollouts = self.sample(prompts, self.first, key)
+        sampled = [(rollouts, submit_rollouts(self.run, rollouts, references), True)]
+        kept = Groups()
+        for p, prompt in enumerate(prompts):
+            kept.add(prompt, [(rollouts, np.flatnonzero(rollouts.prompt_index == p), 0)],
+                     version, references[p])
+        stats = multiturn.episode_stats([rollouts])
         return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
 
     def collect_async(self, rng, version: int, max_staleness: int):

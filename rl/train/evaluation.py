@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 import sampling
+from rl.train import multiturn
 from rl.train.build import Run
 from rl.train.scoring import submit_rollouts
 
@@ -32,6 +33,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def _generate(run: Run, params, prompts, n, sp, rng):
+    if run.env is not None:  # multi-turn episodes with the run's tools
+        return multiturn.generate(run, params, prompts, n, sp, rng)
     s = run.cfg.sampling
     return sampling.generate(run.model_config, params, prompts, n, sp, rng,
                              page_size=s.page_size, segment_len=s.segment_len,

@@ -25,6 +25,7 @@ class Groups:
     """The completions kept for one update, grouped by prompt (rows prompt-major)."""
 
     prompts: list[list[int]] = dataclasses.field(default_factory=list)    # per group
+    references: list = dataclasses.field(default_factory=list)  # per group (None: unknown)
     completions: list[list[int]] = dataclasses.field(default_factory=list)
     logp: list[np.ndarray] = dataclasses.field(default_factory=list)
     rewards: list[float] = dataclasses.field(default_factory=list)
@@ -36,17 +37,22 @@ class Groups:
     valid: list[bool] = dataclasses.field(default_factory=list)  # False: padding
     # per row: the policy version (update count) that sampled each token
     versions: list[np.ndarray] = dataclasses.field(default_factory=list)
+    # per row: the policy's tokens (False on a multi-turn episode's tool replies) and the
+    # episode's rl.envs.environment.Record; None for single-turn rows
+    loss_masks: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    episodes: list = dataclasses.field(default_factory=list)
 
     @property
     def num_groups(self) -> int:
         return len(self.prompts)
 
-    def add(self, prompt: list[int], parts, version: int = 0) -> None:
+    def add(self, prompt: list[int], parts, version: int = 0, reference=None) -> None:
         """Keeps one prompt's samples as a group: `parts` is [(rollouts, rows, round_)],
         the `rows` of the Rollouts sampled in round `round_`, each token sampled by policy
         `version` unless the Rollouts record their own (`Rollouts.versions`)."""
         gid = self.num_groups
         self.prompts.append(prompt)
+        self.references.append(reference)
         for rollouts, rows, round_ in parts:
             for r in rows:
                 self.completions.append(rollouts.completion(r))
@@ -55,6 +61,10 @@ class Groups:
                     np.full(int(rollouts.lengths[r]), version, np.int32)
                     if rollouts.versions is None
                     else np.asarray(rollouts.versions[r, :rollouts.lengths[r]], np.int32))
+                self.loss_masks.append(None if rollouts.loss_mask is None
+                                       else rollouts.loss_mask[r, :rollouts.lengths[r]])
+                self.episodes.append(None if rollouts.episodes is None
+                                     else rollouts.episodes[r])
                 self.group_ids.append(gid)
                 self.truncated.append(rollouts.finish_reason[r] == "length")
                 self.rows.append((round_, int(r)))
@@ -69,7 +79,7 @@ class Groups:
         if counts.size and counts.max() > size:
             raise ValueError(f"a group has {counts.max()} rows, more than the group size {size}")
         fields = ("completions", "logp", "group_ids", "truncated", "rows", "valid",
-                  "versions")
+                  "versions", "loss_masks", "episodes")
         old = {name: getattr(self, name) for name in fields}
         for name in fields:
             setattr(self, name, [])
@@ -81,6 +91,8 @@ class Groups:
                 self.completions.append([])
                 self.logp.append(np.zeros(0, np.float32))
                 self.versions.append(np.zeros(0, np.int32))
+                self.loss_masks.append(None)
+                self.episodes.append(None)
                 self.group_ids.append(gid)
                 self.truncated.append(False)
                 self.rows.append((-1, -1))

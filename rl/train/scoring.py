@@ -3,8 +3,8 @@
     pending = submit_rollouts(run, rollouts, references)   # returns at once
     rewards = pending.result()                             # rl.rewards.Rewards over the rows
 
-Each rollout row is decoded and scored against its prompt's reference by the run's
-`RewardSpec` (rl.rewards: verifiers in worker processes with a hard per-item timeout).
+Each rollout row (a multi-turn episode: its last turn, `rl.train.multiturn.answer_tokens`)
+is decoded and scored against its prompt's reference by the run's `RewardSpec` (rl.rewards: verifiers in worker processes with a hard per-item timeout).
 With several processes each scores the rows it owns and `result()` joins them.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 from models import multihost
 from rl import rewards as rewards_lib
 from rl.checkpoint import agreement
+from rl.train import multiturn
 
 
 def submit_rollouts(run, rollouts, references: Sequence):
@@ -24,7 +25,7 @@ def submit_rollouts(run, rollouts, references: Sequence):
     `rl.rewards.Rewards` over the R rows). With several processes each scores the
     rows it owns (`models.multihost.local_rows`) and `.result()` joins them."""
     rows = multihost.local_rows(len(rollouts))
-    texts = [run.tokenizer.decode(rollouts.completion(r)) for r in rows]
+    texts = [run.tokenizer.decode(multiturn.answer_tokens(rollouts, r)) for r in rows]
     refs = [references[int(rollouts.prompt_index[r])] for r in rows]
     pending = run.algorithm.reward.submit(texts, refs)
     return pending if multihost.process_count() == 1 else JoinedRewards(pending)

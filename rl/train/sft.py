@@ -35,7 +35,7 @@ from rl.algorithms import ops
 from rl.checkpoint import loop
 from rl.checkpoint.faults import Faults
 from rl.data.sources import batches
-from rl.train import build, evaluation
+from rl.train import build, evaluation, multiturn
 from rl.train import learner as learner_lib
 from rl.train.batch import assemble
 from rl.train.build import Run
@@ -59,16 +59,28 @@ def make_step(run: Run, optimizer: optax.GradientTransformation, logits_chunk: i
 
 
 def examples_to_batch(run: Run, examples, completion_len: int) -> dict[str, np.ndarray]:
+    """Each example's prompt and solution + eos; in a multi-turn run (rollout.max_turns),
+    a tool-use episode (`rl.train.multiturn.trace`: the calculator call for the task's
+    `work`, the tool's real reply, which is not trained, and the solution)."""
     eos = run.model_config.eos_token_ids[0]
-    prompts, completions = [], []
+    prompts, completions, masks = [], [], []
     for ex in examples:
         if not ex.solution:
             raise ValueError(f"example {ex.uid} has no solution: supervised warm start needs "
                              "a procedural task (data.source=task)")
         prompts.append(run.encode_prompt(ex.prompt))
-        completions.append((run.tokenizer.encode(ex.solution) + [eos])[:completion_len])
+        if run.env is None:
+            completions.append((run.tokenizer.encode(ex.solution) + [eos])[:completion_len])
+            masks.append(None)
+            continue
+        if not ex.work:
+            raise ValueError(f"example {ex.uid} has no calculator expression (Example.work): "
+                             "a tool-use warm start needs a task that gives one (arithmetic)")
+        tokens, mask = multiturn.trace(run.env, run.tokenizer, eos, ex.work, ex.solution)
+        completions.append(tokens[:completion_len])
+        masks.append(np.asarray(mask[:completion_len], bool))
     seqs = assemble(prompts, completions, group_size=1, groups=len(examples),
-                    completion_len=completion_len)
+                    completion_len=completion_len, loss_masks=masks)
     return seqs.learner_inputs()
 
 
@@ -172,9 +184,11 @@ def fingerprint(run: Run) -> dict:
     cfg = run.cfg
     data = {k: v for k, v in cfg.data.to_dict().items() if k != "selector"}
     sft = {k: v for k, v in cfg.sft.to_dict().items() if k not in SFT_BOOKKEEPING}
-    return json.loads(json.dumps({
-        "model": cfg.model.to_dict(), "data": data, "sft": sft, "seed": cfg.seed,
-        "completion_len": run.completion_len}, default=str))
+    out = {"model": cfg.model.to_dict(), "data": data, "sft": sft, "seed": cfg.seed,
+           "completion_len": run.completion_len}
+    if run.env is not None:  # the tools and their formats make the traces
+        out["env"] = cfg.env.to_dict()
+    return json.loads(json.dumps(out, default=str))
 
 
 def fingerprint_key(run: Run) -> str:

@@ -48,7 +48,7 @@ from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.checkpoint.storage import orbax_coordination_barriers
-from rl.train import build, evaluation, step_metrics
+from rl.train import build, evaluation, fission, multiturn, step_metrics
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
 from rl.train.pipeline import CallFailed
@@ -59,6 +59,7 @@ from rl.train.credit import Credit
 from rl.train.groups import Groups
 from rl.train.logs import RunLog
 from rl.train.progress import Progress
+from rl.train.turn_update import seeupo_update
 
 
 def in_memory(tree: Any, kind: str) -> Any:
@@ -172,6 +173,8 @@ class Trainer:
                        else (self.overlap.params, run.rollout_act))
         if self.overlap is not None and run.tree is None:  # a stop ends the call early
             flat["stop_when"] = self.overlap.interrupt(flat.get("stop_when"))
+        if run.env is not None:  # multi-turn episodes (sync, one device: checked)
+            return multiturn.generate(run, params, prompts, n, run.sampling_params, rng)
         if run.tree is not None:
             return sampling.tree_generate(run.model_config, params, prompts,
                                           run.tree, run.sampling_params, rng,
@@ -231,7 +234,6 @@ class Trainer:
 
     def step(self, step: int = 0) -> dict[str, float]:
         """One RL step (`step` numbers it for the warnings and `config.fault`)."""
-        run, cfg = self.run_, self.cfg
         t0 = time.perf_counter()
         self.version = step - 1  # the steps before this one
         groups, stats, finish_rewards = self.collect(step)
@@ -246,10 +248,20 @@ class Trainer:
                                "time/step": elapsed}
             self.check_progress(step, metrics)
             return metrics
+        metrics = self.update(step, groups, stats, finish_rewards, t0)
+        if self.collector.fission is not None:
+            metrics |= self.fission_step(step, groups)
+        self.check_progress(step, metrics)
+        return metrics
+
+    def update(self, step: int, groups: Groups, stats: dict, finish_rewards, t0: float) -> dict:
+        """The update on `groups` (their rewards filled by `finish_rewards()` once the
+        device work is dispatched); returns the step's metrics."""
+        run, cfg = self.run_, self.cfg
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
                         sampler_logp=groups.logp, row_valid=groups.valid,
-                        versions=groups.versions)
+                        versions=groups.versions, loss_masks=groups.loss_masks)
         t1 = time.perf_counter()
         # tokens go to the device once: scored here, then reused by the update
         sequences = self.learner.place_arrays(seqs.learner_inputs())
@@ -276,7 +288,16 @@ class Trainer:
         batch = sequences | self.learner.place_arrays(
             self.update_inputs(seqs, grad_mask, adv, old_logp, ref_logp))
         learner_lib.check_batch(batch)
-        self.state, learner_metrics = self.learner.train_step(self.state, batch)
+        turn_metrics = {}
+        if multiturn.update_of(cfg.rl.multiturn) == "seeupo":
+            m = cfg.rl.multiturn
+            self.state, learner_metrics, turn_metrics = seeupo_update(
+                self.learner, self.state, sequences, lambda mask, a, old: self.learner.place_arrays(
+                    self.update_inputs(seqs, mask, a, old, ref_logp)),
+                grad_mask, adv, old_logp, multiturn.turn_ids(seqs.mask), order=m.order,
+                low=m.factor_low, high=m.factor_high)
+        else:
+            self.state, learner_metrics = self.learner.train_step(self.state, batch)
         self.publish()
         if self.overlap is not None:
             self.overlap.pump()  # several processes: the sampler's calls, during the update
@@ -285,7 +306,7 @@ class Trainer:
         self.mark("score", t1, t2)
         self.mark("update", t2, t3)
 
-        metrics = (dict(stats) | shaping
+        metrics = (dict(stats) | shaping | turn_metrics
                    | self.credit.reweight_metrics(seqs, grad_mask, weight, divergence)
                    | step_metrics.learner(learner_metrics, self.alg, kl_mean)
                    | step_metrics.batch(groups, adv, grad_mask))
@@ -296,8 +317,26 @@ class Trainer:
             "time/reward_wait": t_rewards - t_wait,
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
-        self.check_progress(step, metrics)
         return metrics
+
+    def fission_step(self, step: int, groups: Groups) -> dict:
+        """Fission-GRPO (rl/train/fission.py): keeps the step's failed episodes as
+        corrective prompts; when due, samples groups of the most recent ones and updates
+        on them too. Metrics under fission/."""
+        buffer, m = self.collector.fission, self.cfg.rl.multiturn
+        pushed = fission.harvest(groups)
+        dropped = buffer.push(pushed)
+        out = {"fission/pushed": len(pushed), "fission/dropped": dropped}
+        want = self.cfg.train.prompts_per_step
+        if len(buffer) >= want and step % m.fission_every == 0:
+            items = buffer.pop(want)
+            t0 = time.perf_counter()
+            kept, stats, finish, self.rng = self.collector.collect_prompts(
+                [list(i.prompt) for i in items], [i.reference for i in items], self.rng,
+                self.version)
+            metrics = self.update(step, kept, stats, finish, t0)
+            out |= {f"fission/{k}": v for k, v in metrics.items()} | {"fission/updated": 1}
+        return out | {"fission/buffer": len(buffer)}
 
     # -- the three log-prob streams -----------------------------------------------------------
     def proximal(self, seqs, sequences):

@@ -1,8 +1,8 @@
-"""The hermes tool-call parser: calls in order, every malformed call a failure."""
+"""The tool-call parsers (hermes, pythonic): calls in order, every malformed call a failure."""
 
 import pytest
 
-from rl.envs.parsers import PARSERS, Parsed, ToolCall, hermes, render_hermes
+from rl.envs.parsers import PARSERS, RENDERERS, Parsed, ToolCall, hermes, render_hermes
 
 CALC = '{"name": "calculator", "arguments": {"expression": "12*13"}}'
 
@@ -46,3 +46,38 @@ def test_registry_names_the_parsers():
     assert PARSERS.get("hermes") is hermes
     with pytest.raises(KeyError, match="unknown tool-call parser 'xml' "):
         PARSERS.get("xml")
+
+
+@pytest.mark.parametrize("text,calls,failures", [
+    ("156", [], []),
+    ("The answer is [156].", [], []),  # prose: only a turn that starts with [ calls
+    ('[calculator(expression="12 * 13")]', [ToolCall("calculator", {"expression": "12 * 13"})],
+     []),
+    (' [f(x=1, y=[2, "a"], z=None), g()] ', [ToolCall("f", {"x": 1, "y": [2, "a"], "z": None}),
+                                            ToolCall("g", {})], []),
+    ('[calculator(expression="12 * 13")', [], ["the tool calls are not a Python list "
+                                               "('[' was never closed)"]),
+    ("[1, f(a=2)]", [ToolCall("f", {"a": 2})],
+     ["an item of the tool-call list is not a call name(...)"]),
+    ('[f("x")]', [], ["the call of f has positional arguments (write name=value)"]),
+    ("[f(x=open('/etc/passwd'))]", [], ["the argument x of f is not a literal"]),
+    ("[f(**{'x': 1})]", [], ["the call of f unpacks **arguments"]),
+    ("[obj.f(x=1)]", [], ["an item of the tool-call list is not a call name(...)"]),
+    ("[]", [], ["the list of tool calls is empty"]),
+    ("[" * 5000 + "]" * 5000, [], None),  # too deep for the parser: one failure, no crash
+])
+def test_pythonic(text, calls, failures):
+    parsed = PARSERS.get("pythonic")(text)
+    assert list(parsed.calls) == calls
+    if failures is None:
+        assert len(parsed.failures) == 1
+    else:
+        assert list(parsed.failures) == failures
+
+
+@pytest.mark.parametrize("call", [ToolCall("calculator", {"expression": "12 * 13"}),
+                                  ToolCall("f", {"s": 'a "quoted"\nline', "n": 3, "b": True,
+                                                 "l": [1.5, None]})])
+def test_renderers_round_trip(call):
+    for name, render in RENDERERS.items():
+        assert PARSERS.get(name)(render(call)) == Parsed((call,)), name
