@@ -253,8 +253,7 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
               rules, sharding.ActivationSharding(mesh, rules), eval_ks, old_logp=old_logp,
               stop_text=latex.complete_box if boxed else None)
     checks.check_rollout_mode(cfg, tree is not None)
-    multiturn.check(cfg, tree=tree is not None, devices=mesh.devices.size,
-                    processes=jax.process_count())
+    multiturn.check(cfg, tree=tree is not None, processes=jax.process_count())
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
     rollout_act = (sharding.ActivationSharding(sampler_mesh, rules) if sampler_mesh is not None
                    else run.act)

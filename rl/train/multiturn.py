@@ -13,6 +13,7 @@ never a tool's reply (a reply may hold the answer the policy has yet to copy).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 import sampling
@@ -35,7 +36,7 @@ def turn_tokens(cfg) -> int:
     return int(cfg.rollout.max_turn_tokens) or int(cfg.sampling.max_new_tokens)
 
 
-def check(cfg, *, tree: bool, devices: int, processes: int) -> None:
+def check(cfg, *, tree: bool, processes: int) -> None:
     """One-line ValueErrors for multi-turn settings that cannot run, before any compute."""
     r, m, e = cfg.rollout, cfg.rl.multiturn, cfg.env
     check_multiturn(m, int(cfg.train.prompts_per_step))
@@ -53,12 +54,11 @@ def check(cfg, *, tree: bool, devices: int, processes: int) -> None:
                          f"{cfg.sampling.max_new_tokens}")
     blocked = [(tree, "sampling.sampler=tree"), (r.mode != "sync", f"rollout.mode={r.mode}"),
                (bool(r.april), "rollout.april"),
-               (devices > 1, f"a mesh of {devices} devices"),
                (processes > 1, f"{processes} processes")]
     for hit, what in blocked:
         if hit:
             raise ValueError(f"rollout.max_turns with {what}: multi-turn episodes run on the "
-                             "flat sampler, synchronously, on one device (docs/tools.md)")
+                             "flat sampler, synchronously, in one process (docs/tools.md)")
     names = [t for t in str(e.tools).split(",") if t]
     if not names:
         raise ValueError("env.tools is empty: name at least one tool "
@@ -122,8 +122,13 @@ def environment(cfg, tokenizer) -> ToolEnvironment | None:
 def generate(run, params, prompts, n: int, sp: sampling.SamplingParams, rng
              ) -> sampling.Rollouts:
     """`n` episodes of each prompt with the run's environment; `.episodes` holds each
-    row's `rl.envs.environment.Record`."""
+    row's `rl.envs.environment.Record`. They are sampled on the mesh's first device (a
+    copy of sharded params is gathered there for the call)."""
     cfg = run.cfg
+    first = run.act.mesh.devices.flat[0]
+    if any(len(leaf.devices()) > 1 for leaf in jax.tree.leaves(params)):
+        params = jax.device_put(params, first)  # the episodes run on one device
+    rng = jax.device_put(rng, first)
     episodes = Episodes(run.env, run.tokenizer, len(prompts) * n)
     out = sampling.generate_turns(run.model_config, params, prompts, n, sp, rng, episodes,
                                   max_turns=int(cfg.rollout.max_turns),

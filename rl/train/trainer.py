@@ -48,7 +48,7 @@ from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.checkpoint.storage import orbax_coordination_barriers
-from rl.train import build, evaluation, fission, multiturn, step_metrics
+from rl.train import build, evaluation, fission, logs, multiturn, step_metrics
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
 from rl.train.pipeline import CallFailed
@@ -335,7 +335,8 @@ class Trainer:
                 [list(i.prompt) for i in items], [i.reference for i in items], self.rng,
                 self.version)
             metrics = self.update(step, kept, stats, finish, t0)
-            out |= {f"fission/{k}": v for k, v in metrics.items()} | {"fission/updated": 1}
+            out |= {k.replace("/", "/fission_", 1) if k.startswith(logs.TIMING_PREFIXES)
+                    else f"fission/{k}": v for k, v in metrics.items()} | {"fission/updated": 1}
         return out | {"fission/buffer": len(buffer)}
 
     # -- the three log-prob streams -----------------------------------------------------------

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -36,8 +37,14 @@ def launch(module, *args, timeout=600):
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+# the tools variant's warm start, shared by its runs (so a fault hits the RL steps)
+WARM_STARTS = tempfile.mkdtemp(prefix="warm_starts")
+
+
 def train(workdir, *args, variant=""):
     config = f"{CONFIG}:{variant}" if variant else CONFIG
+    if variant == "tools":
+        args = (f"--config.sft.shared_dir={WARM_STARTS}", *args)
     return launch("launch.train", f"--config={config}", f"--workdir={workdir}", *args)
 
 
@@ -87,7 +94,7 @@ def assert_same_run(expected, actual):
             assert points == reference[tag], tag
 
 
-@pytest.mark.parametrize("variant", ["", "dynamic", "async"])
+@pytest.mark.parametrize("variant", ["", "dynamic", "async", "tools"])
 def test_sigkill_at_a_random_step_then_resume_is_exact(tmp_path, straight, variant):
     expected = straight(variant)
     k = random.Random(f"kill{variant}").randint(4, 12)  # after the first checkpoint (3)
@@ -105,6 +112,10 @@ def test_sigkill_at_a_random_step_then_resume_is_exact(tmp_path, straight, varia
     records = logs.metric_records(logs.read(os.path.join(workdir, "metrics.jsonl")))[1:]
     if variant == "dynamic":  # the refilled batches are part of what was resumed
         assert max(r["dynamic/rounds"] for r in records) > 1
+    if variant == "tools":  # 2-turn episodes, SeeUPO's 2 updates, the fission buffer
+        assert max(r["episode/turns"] for r in records) > 1
+        assert max(r["seeupo/turn_updates"] for r in records) == 2
+        assert sum(r.get("fission/updated", 0) for r in records) > 0
     if variant == "async":  # batches made ahead, from older versions, were resumed
         assert [r["rollout/sampler_version"] for r in records] == [max(0, n - 3)
                                                                    for n in range(1, 13)]

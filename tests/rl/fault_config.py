@@ -4,6 +4,8 @@
 
 `dynamic`: DAPO-style dynamic sampling that refills batches (several rounds per step).
 `async`: asynchronous rollouts (rollout.mode=async) on a sampler device of their own.
+`tools`: 2-turn episodes with the calculator after a short tool-use warm start, SeeUPO's
+turn-by-turn update and Fission-GRPO's buffer (checkpointed) and extra updates.
 """
 
 from configs import base
@@ -47,7 +49,18 @@ def get_config(arg: str | None = None):
         cfg.rollout.mode, cfg.rollout.max_staleness = "async", 2
         cfg.mesh.rollout_devices = 1
         cfg.sampling.page_size = cfg.sampling.segment_len = 4
+    elif arg == "tools":
+        cfg.rollout.max_turns, cfg.rollout.max_turn_tokens = 2, 40
+        cfg.sampling.max_new_tokens = 128  # room for an error reply and a second turn
+        cfg.env.parser = "pythonic"
+        cfg.rl.multiturn["update"] = "seeupo"
+        cfg.rl.multiturn.fission, cfg.rl.multiturn.fission_capacity = True, 8
+        cfg.rl.reward.name = "arithmetic"  # the task's: a wrong call rarely scores
+        cfg.rl.reward.pattern = None
+        # a warm start short enough that some calls still fail (fission's prompts)
+        cfg.train.warm_start = "sft"
+        cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.sft.eval_every = 12, 16, 1e-2, 0
     elif arg:
-        raise ValueError(f"unknown argument {arg!r} (dynamic, async)")
+        raise ValueError(f"unknown argument {arg!r} (dynamic, async, tools)")
     cfg.lock()
     return cfg

@@ -107,7 +107,7 @@ def config(**overrides):
     return cfg
 
 
-@pytest.mark.parametrize("overrides,devices,message", [
+@pytest.mark.parametrize("overrides,processes,message", [
     ({"rollout.max_turns": 0, "rl.multiturn.update": "seeupo"}, 1, "need rollout.max_turns"),
     ({"rollout.max_turns": 0, "rl.multiturn.fission": True}, 1, "need rollout.max_turns"),
     ({"rl.multiturn.update": "turnwise"}, 1, "rl.multiturn.update must be"),
@@ -117,7 +117,7 @@ def config(**overrides):
     ({"rollout.max_turn_tokens": 999}, 1, "more than the episode's budget"),
     ({"rollout.mode": "async"}, 1, "rollout.mode=async"),
     ({"rollout.april": True}, 1, "rollout.april"),
-    ({}, 4, "a mesh of 4 devices"),
+    ({}, 2, "2 processes"),
     ({"env.tools": ""}, 1, "env.tools is empty"),
     ({"env.tools": "calculator,shell"}, 1, "shell"),
     ({"env.parser": "xml"}, 1, "xml"),
@@ -125,16 +125,16 @@ def config(**overrides):
     ({"env.max_calls": 0}, 1, "env.max_calls"),
     ({"env.sandbox.memory_mb": 0}, 1, "memory_mb"),
 ])
-def test_check_refuses_in_one_line(overrides, devices, message):
+def test_check_refuses_in_one_line(overrides, processes, message):
     with pytest.raises((ValueError, KeyError)) as error:
-        multiturn.check(config(**overrides), tree=False, devices=devices, processes=1)
+        multiturn.check(config(**overrides), tree=False, processes=processes)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_check_accepts_a_tools_run():
     multiturn.check(config(**{"rl.multiturn.update": "seeupo", "rl.multiturn.fission": True}),
-                    tree=False, devices=1, processes=1)
-    multiturn.check(base.build("tiny"), tree=True, devices=8, processes=2)  # single-turn
+                    tree=False, processes=1)
+    multiturn.check(base.build("tiny"), tree=True, processes=2)  # single-turn
 
 
 # -- Fission-GRPO ------------------------------------------------------------------------
