@@ -3,6 +3,7 @@ turn and the tool's error reply, become new prompts, resampled on-policy as new 
 
     buffer = Buffer(capacity)
     buffer.push(harvest(groups))               # after a step: its failed episodes
+    metrics = after_step(trainer, step, groups)   # all of it, for the trainer
     items = buffer.pop(prompts_per_step)       # when due: the most recent ones (LIFO)
 
 An episode *fails* at its first turn with a failed call: a call the parser cannot read
@@ -18,9 +19,11 @@ extra GRPO update on those groups (docs/algorithms.md, "Fission-GRPO").
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from rl.train.groups import Groups
+from rl.train.logs import TIMING_PREFIXES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +85,24 @@ class Buffer:
 
     def set_state(self, rows: list[dict]) -> None:
         self.items = [Item(tuple(row["prompt"]), row["reference"]) for row in rows]
+
+
+def after_step(trainer, step: int, groups: Groups) -> dict:
+    """After a step's update (`rl.train.trainer.Trainer`): keeps `groups`' failed episodes
+    as corrective prompts; when due, samples groups of the most recent ones and updates
+    on them too. Metrics under fission/ (timing ones under time/fission_, perf/fission_)."""
+    buffer, m = trainer.collector.fission, trainer.cfg.rl.multiturn
+    pushed = harvest(groups)
+    dropped = buffer.push(pushed)
+    out = {"fission/pushed": len(pushed), "fission/dropped": dropped}
+    want = trainer.cfg.train.prompts_per_step
+    if len(buffer) >= want and step % m.fission_every == 0:
+        items = buffer.pop(want)
+        start = time.perf_counter()
+        kept, stats, finish, trainer.rng = trainer.collector.collect_prompts(
+            [list(i.prompt) for i in items], [i.reference for i in items], trainer.rng,
+            trainer.version)
+        metrics = trainer.update(step, kept, stats, finish, start)
+        out |= {k.replace("/", "/fission_", 1) if k.startswith(TIMING_PREFIXES)
+                else f"fission/{k}": v for k, v in metrics.items()} | {"fission/updated": 1}
+    return out | {"fission/buffer": len(buffer)}

@@ -48,7 +48,7 @@ from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.checkpoint.storage import orbax_coordination_barriers
-from rl.train import build, evaluation, fission, logs, multiturn, step_metrics
+from rl.train import build, evaluation, fission, multiturn, step_metrics, turn_update
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
 from rl.train.pipeline import CallFailed
@@ -59,7 +59,6 @@ from rl.train.credit import Credit
 from rl.train.groups import Groups
 from rl.train.logs import RunLog
 from rl.train.progress import Progress
-from rl.train.turn_update import seeupo_update
 
 
 def in_memory(tree: Any, kind: str) -> Any:
@@ -250,7 +249,7 @@ class Trainer:
             return metrics
         metrics = self.update(step, groups, stats, finish_rewards, t0)
         if self.collector.fission is not None:
-            metrics |= self.fission_step(step, groups)
+            metrics |= fission.after_step(self, step, groups)
         self.check_progress(step, metrics)
         return metrics
 
@@ -290,12 +289,8 @@ class Trainer:
         learner_lib.check_batch(batch)
         turn_metrics = {}
         if multiturn.update_of(cfg.rl.multiturn) == "seeupo":
-            m = cfg.rl.multiturn
-            self.state, learner_metrics, turn_metrics = seeupo_update(
-                self.learner, self.state, sequences, lambda mask, a, old: self.learner.place_arrays(
-                    self.update_inputs(seqs, mask, a, old, ref_logp)),
-                grad_mask, adv, old_logp, multiturn.turn_ids(seqs.mask), order=m.order,
-                low=m.factor_low, high=m.factor_high)
+            self.state, learner_metrics, turn_metrics = turn_update.for_trainer(
+                self, seqs, sequences, grad_mask, adv, old_logp, ref_logp)
         else:
             self.state, learner_metrics = self.learner.train_step(self.state, batch)
         self.publish()
@@ -318,26 +313,6 @@ class Trainer:
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
         return metrics
-
-    def fission_step(self, step: int, groups: Groups) -> dict:
-        """Fission-GRPO (rl/train/fission.py): keeps the step's failed episodes as
-        corrective prompts; when due, samples groups of the most recent ones and updates
-        on them too. Metrics under fission/."""
-        buffer, m = self.collector.fission, self.cfg.rl.multiturn
-        pushed = fission.harvest(groups)
-        dropped = buffer.push(pushed)
-        out = {"fission/pushed": len(pushed), "fission/dropped": dropped}
-        want = self.cfg.train.prompts_per_step
-        if len(buffer) >= want and step % m.fission_every == 0:
-            items = buffer.pop(want)
-            t0 = time.perf_counter()
-            kept, stats, finish, self.rng = self.collector.collect_prompts(
-                [list(i.prompt) for i in items], [i.reference for i in items], self.rng,
-                self.version)
-            metrics = self.update(step, kept, stats, finish, t0)
-            out |= {k.replace("/", "/fission_", 1) if k.startswith(logs.TIMING_PREFIXES)
-                    else f"fission/{k}": v for k, v in metrics.items()} | {"fission/updated": 1}
-        return out | {"fission/buffer": len(buffer)}
 
     # -- the three log-prob streams -----------------------------------------------------------
     def proximal(self, seqs, sequences):

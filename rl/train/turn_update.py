@@ -1,7 +1,7 @@
 """`rl.multiturn.update=seeupo`: a multi-turn batch updated turn by turn (SeeUPO's loop).
 
-    state, metrics, extra = seeupo_update(learner, state, sequences, inputs, turn_ids,
-                                          order="reverse", low=0.2, high=0.2)
+    state, metrics, extra = seeupo_update(learner, state, sequences, inputs, grad_mask,
+                                          adv, old_logp, turn_ids, order="reverse")
 
 The batch's episodes are whole token sequences (never re-rendered), so "turn k's sample"
 is the same sequence with the loss on turn k's tokens only: its context is exactly the
@@ -24,6 +24,7 @@ import numpy as np
 
 from models.multihost import to_host
 from rl.algorithms import seeupo
+from rl.train import multiturn
 
 
 def seeupo_update(learner, state, sequences: dict, inputs: Callable[[np.ndarray, np.ndarray,
@@ -59,3 +60,15 @@ def seeupo_update(learner, state, sequences: dict, inputs: Callable[[np.ndarray,
              "seeupo/factor_min": float(factor[rows].min()) if rows.any() else 1.0,
              "seeupo/factor_max": float(factor[rows].max()) if rows.any() else 1.0}
     return state, metrics, extra
+
+
+def for_trainer(trainer, seqs, sequences, grad_mask, adv, old_logp, ref_logp):
+    """`seeupo_update` with a `rl.train.trainer.Trainer`'s learner, state and inputs."""
+    m = trainer.cfg.rl.multiturn
+    learner = trainer.learner
+    return seeupo_update(
+        learner, trainer.state, sequences,
+        lambda mask, a, old: learner.place_arrays(
+            trainer.update_inputs(seqs, mask, a, old, ref_logp)),
+        grad_mask, adv, old_logp, multiturn.turn_ids(seqs.mask), order=m.order,
+        low=m.factor_low, high=m.factor_high)

@@ -56,6 +56,11 @@ def test_sampler_logprobs_equal_the_learners_over_the_whole_conversation(tmp_pat
     ro = generate_turns(config, params, prompts, n, sp, jax.random.key(1), episodes,
                         max_turns=4, max_turn_tokens=24, page_size=8, segment_len=16)
     assert sum(episodes.counts["tool_calls"]) > 0 and ro.stats["observed_tokens"] > 0
+    # an episode the environment ended holds exactly its turns and replies (the offsets
+    # Fission-GRPO cuts at)
+    for r, record in enumerate(episodes.records):
+        if ro.finish_reason[r] == "stop":
+            assert record.consumed == ro.lengths[r]
 
     width = max(map(len, prompts))
     padded = np.zeros((len(prompts), width), np.int32)
