@@ -11,6 +11,17 @@ turn-by-turn update and Fission-GRPO's buffer (checkpointed) and extra updates.
 from configs import base
 
 
+def set_keys(cfg, overrides: dict):
+    """Sets dotted config keys ("rl.kl.coef": 0.1) on `cfg` (unlocked or locked); returns it."""
+    for key, value in overrides.items():
+        node = cfg
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return cfg
+
+
 def very_small(cfg):
     """The unlocked `cfg` shrunk to the suite's very small run: a 1-layer model of width
     64, one-digit arithmetic, 2 prompts x 4 samples x 8 tokens, lr 1e-3, a 6-prompt

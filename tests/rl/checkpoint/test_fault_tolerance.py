@@ -23,6 +23,7 @@ from rl.checkpoint.snapshot import Snapshots
 from rl.train import build, logs
 from rl.train.trainer import Trainer
 from tests import tensorboard_events
+from tests.rl.fault_config import set_keys
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fault_config.py")
 
@@ -31,12 +32,7 @@ def fault_config(**overrides):
     cfg = load_config_file(CONFIG)
     cfg.train.steps = 6
     cfg.train.eval_every = 3
-    for key, value in overrides.items():
-        node = cfg
-        *path, last = key.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = value
+    set_keys(cfg, overrides)
     return cfg
 
 

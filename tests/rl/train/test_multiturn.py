@@ -21,6 +21,7 @@ from rl.train import learner as learner_lib
 from rl.train.groups import Groups
 from rl.train.turn_update import seeupo_update
 from sampling.rollouts import Rollouts
+from tests.rl.fault_config import set_keys
 from tests.rl.train.test_learner import CONFIG, make_algorithm, make_batch
 
 
@@ -98,12 +99,7 @@ def test_episode_stats_are_means_per_episode():
 def config(**overrides):
     cfg = base.build("tiny")
     cfg.rollout.max_turns = 2
-    for key, value in overrides.items():
-        node = cfg
-        *path, last = key.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = value
+    set_keys(cfg, overrides)
     return cfg
 
 

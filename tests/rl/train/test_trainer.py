@@ -18,7 +18,7 @@ from rl.train import batch as batch_lib
 from rl.train import build, evaluation, logs, sft
 from rl.train.credit import Credit
 from rl.train.trainer import Trainer
-from tests.rl.fault_config import very_small
+from tests.rl.fault_config import set_keys, very_small
 
 REQUIRED = ("reward/mean", "reward/std", "frac_reward_zero_std", "accuracy",
             "response_length/mean", "clip_frac_low", "clip_frac_high", "entropy", "grad_norm",
@@ -31,12 +31,7 @@ def small_config(variant="grpo", **overrides):
     cfg.eval.batch_prompts = 4
     cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 3, 4, 0
     variants.apply(cfg, variant)  # after prompts_per_step: it scales the minibatches
-    for key, value in overrides.items():
-        node = cfg
-        *path, last = key.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = value
+    set_keys(cfg, overrides)
     cfg.lock()
     return cfg
 
