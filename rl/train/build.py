@@ -37,6 +37,7 @@ from rl.checkpoint import faults, persistent
 from rl.checkpoint.persistent import CheckpointError as ResumeError
 from rl.data import sources as sources_lib
 from rl.data.from_config import make_selector, make_sources
+from rl.envs.sandbox import SandboxError
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
 from rl.train import checks, multiturn
@@ -45,7 +46,7 @@ from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
 
 ERRORS = (RegistryError, sources_lib.DataError, CheckpointError, RewardInputError,
-          extras.MissingExtra, ResumeError,
+          extras.MissingExtra, ResumeError, SandboxError,
           ValueError, KeyError, FileNotFoundError)
 
 

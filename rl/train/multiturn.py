@@ -40,14 +40,14 @@ def check(cfg, *, tree: bool, processes: int) -> None:
     """One-line ValueErrors for multi-turn settings that cannot run, before any compute."""
     r, m, e = cfg.rollout, cfg.rl.multiturn, cfg.env
     check_multiturn(m, int(cfg.train.prompts_per_step))
+    if int(r.max_turns) < 0 or int(r.max_turn_tokens) < 0:
+        raise ValueError(f"rollout.max_turns and rollout.max_turn_tokens must be >= 0, got "
+                         f"{r.max_turns} and {r.max_turn_tokens}")
     if not active(cfg):
         if update_of(m) != "joint" or m.fission:
             raise ValueError("rl.multiturn.update=seeupo and rl.multiturn.fission need "
                              "rollout.max_turns >= 1 (a multi-turn run)")
         return
-    if int(r.max_turns) < 0 or int(r.max_turn_tokens) < 0:
-        raise ValueError(f"rollout.max_turns and rollout.max_turn_tokens must be >= 0, got "
-                         f"{r.max_turns} and {r.max_turn_tokens}")
     if turn_tokens(cfg) > int(cfg.sampling.max_new_tokens):
         raise ValueError(f"rollout.max_turn_tokens={r.max_turn_tokens} is more than the "
                          f"episode's budget sampling.max_new_tokens="

@@ -107,6 +107,7 @@ def config(**overrides):
     ({"rollout.max_turns": 0, "rl.multiturn.update": "seeupo"}, 1, "need rollout.max_turns"),
     ({"rollout.max_turns": 0, "rl.multiturn.fission": True}, 1, "need rollout.max_turns"),
     ({"rl.multiturn.update": "turnwise"}, 1, "rl.multiturn.update must be"),
+    ({"rollout.max_turns": -1}, 1, "must be >= 0"),
     ({"rl.multiturn.order": "random"}, 1, "rl.multiturn.order must be"),
     ({"rl.multiturn.factor_low": 1.0}, 1, "factor_low"),
     ({"rl.multiturn.fission": True, "rl.multiturn.fission_capacity": 1}, 1, "capacity"),
