@@ -69,7 +69,7 @@ def _products(config, tools: bool) -> None:
 
 OWN = ("tree", "tools", "no_tools")
 TOOLS_STEPS = 100
-TOOLS_SFT_STEPS = 60
+TOOLS_SFT_STEPS = 54
 
 
 def get_config(arg: str | None = None):

@@ -42,6 +42,9 @@ from rl.train.pipeline import Pipeline, Produced, Weights
 
 GROUP_FIELDS = ("prompts", "completions", "logp", "rewards", "correct", "group_ids", "paths",
                 "truncated", "rows", "valid", "versions")
+# not stored: multi-turn rows (their loss masks and episode records) never run
+# asynchronously (rl.train.multiturn.check), and Fission-GRPO's references are read
+# right after the update; restored batches have None for each
 
 
 def lag_of(cfg) -> int:
@@ -77,7 +80,9 @@ def groups_from_state(state: dict) -> Groups:
     fields["versions"] = [np.asarray(v, np.int32) for v in fields["versions"]]
     fields["paths"] = [np.asarray(v, np.int32) for v in fields["paths"]]
     fields["rows"] = [tuple(r) for r in fields["rows"]]
-    return Groups(**fields)
+    rows, groups = len(fields["completions"]), len(fields["prompts"])
+    return Groups(**fields, references=[None] * groups, loss_masks=[None] * rows,
+                  episodes=[None] * rows)
 
 
 class Overlap:
