@@ -4,10 +4,11 @@ observation tokens (tokenised once from the format), or end the episode."""
 import pytest
 
 from models.tokenizer import load_tokenizer
-from rl.envs.environment import TRUNCATED, ToolEnvironment, Turn
+from rl.envs.environment import TRUNCATED, Episodes, ToolEnvironment, Turn
 from rl.envs.observations import ObservationFormat
 from rl.envs.parsers import ToolCall, render_hermes
 from rl.envs.tools import Calculator, Output
+from sampling.turns import TurnEnd
 from tests.rl.envs.chat_templates import tokenizer_dir
 
 
@@ -97,3 +98,22 @@ def test_bad_settings_are_refused(tokenizer):
     with pytest.raises(KeyError, match="unknown tool-call parser"):
         ToolEnvironment([Echo()], parser="xml", fmt=ObservationFormat.plain(),
                         tokenizer=tokenizer)
+
+
+def test_episodes_record_offsets_and_the_first_failure(tokenizer):
+    """`Episodes` keeps, per sample, the tokens consumed (turns and replies) and where its
+    first failed call's turn ended with that reply (Fission-GRPO's cut)."""
+    episodes = Episodes(_env(tokenizer, Calculator()), tokenizer, 2)
+    eos = tokenizer.eos_id
+    ok = tokenizer.encode(render_hermes(calc("2 * 3")), add_special_tokens=False) + [eos]
+    bad = tokenizer.encode(render_hermes(calc("1 / 0")), add_special_tokens=False) + [eos]
+    answer = tokenizer.encode("6", add_special_tokens=False) + [eos]
+    first = episodes([TurnEnd(0, tuple(ok)), TurnEnd(1, tuple(bad))])
+    assert episodes.records[1].failure == (len(bad), tuple(first[1]))
+    second = episodes([TurnEnd(0, tuple(bad)), TurnEnd(1, tuple(answer))])
+    assert second[1] is None  # an answer ends the episode
+    zero, one = episodes.records
+    assert zero.consumed == len(ok) + len(first[0]) + len(bad) + len(second[0])
+    assert zero.failure == (len(ok) + len(first[0]) + len(bad), tuple(second[0]))
+    assert one.consumed == len(bad) + len(first[1]) + len(answer)
+    assert (zero.tool_calls, zero.tool_errors, one.tool_calls, one.tool_errors) == (2, 1, 1, 1)
