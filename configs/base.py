@@ -17,7 +17,7 @@ formulas and sources of every algorithm component: docs/algorithms.md.
 import ml_collections
 from ml_collections import config_dict
 
-from configs import multiturn, variants
+from configs import lora, multiturn, variants
 
 ARCHITECTURE_FIELDS = {
     "vocab_size": int, "hidden_size": int, "num_layers": int, "num_heads": int,
@@ -379,6 +379,7 @@ def build(preset: str = "tiny") -> ml_collections.ConfigDict:
     config.checkpoint = checkpoint_section()
     config.fault = fault_section()
     config.env = multiturn.env_section()
+    config.lora = lora.lora_section()
     config.seed = 0  # data order, sampling and minibatch shuffles
     # JAX's persistent compilation cache for the launch/ entry points ("" = off): a rerun
     # with the same shapes loads its XLA executables instead of compiling them

@@ -28,6 +28,9 @@ The argument after the colon is a comma-separated list of:
               start's traces call it and copy its reply (docs/tools.md).
   no_tools    the same products without the tool (the control: the answer must
               be computed by the model itself).
+  lora        RL trains rank-16 adapters on every linear layer of the frozen
+              warm-started model instead of all its weights (docs/lora.md),
+              with the 10x learning rate adapters need.
   <preset>    a model preset other than `tiny`.
 The settings below are the measured run in the README.
 """
@@ -67,9 +70,17 @@ def _products(config, tools: bool) -> None:
     config.sft.steps = TOOLS_SFT_STEPS
 
 
-OWN = ("tree", "tools", "no_tools")
+OWN = ("tree", "tools", "no_tools", "lora")
+LORA_LR = 7e-4  # 10x the full-parameter run's (adapters need it; docs/lora.md)
 TOOLS_STEPS = 100
 TOOLS_SFT_STEPS = 54
+
+
+def _lora(config) -> None:
+    """RL on adapters over the frozen warm start (the SFT stays full-parameter)."""
+    config.lora.rank = 16
+    config.lora.alpha = 32.0
+    config.optim.lr = LORA_LR
 
 
 def get_config(arg: str | None = None):
@@ -120,6 +131,8 @@ def get_config(arg: str | None = None):
         _tree(config)
     if "tools" in tokens or "no_tools" in tokens:
         _products(config, tools="tools" in tokens)
+    if "lora" in tokens:
+        _lora(config)
     for name in chosen:  # a named variant brings all its own settings, KL included
         variants.apply(config, name)
     config.lock()

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.config import ModelConfig
+from models.linear import project
 
 NEG_INF = -1e30
 
@@ -72,8 +73,8 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
                    sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Projects normalised hidden states to roped q [B,T,H,Dh], k, v [B,T,K,Dh].
-    Takes separate q/k/v weights or one fused "qkv" [D, (H+2K)·Dh] matrix
-    (`models.transformer.fuse_layers`)."""
+    Takes separate q/k/v weights (plain, quantized or adapted: `models.linear`) or
+    one fused "qkv" [D, (H+2K)·Dh] matrix (`models.transformer.fuse_layers`)."""
     dtype = config.compute_dtype
     if "qkv" in p:
         heads, kv, dh = config.num_heads, config.num_kv_heads, config.head_dim
@@ -85,9 +86,9 @@ def qkv_projection(config: ModelConfig, p: dict, x: jax.Array, cos: jax.Array,
         k = qkv[..., heads * dh:(heads + kv) * dh].reshape(b, t, kv, dh)
         v = qkv[..., (heads + kv) * dh:].reshape(b, t, kv, dh)
         return norm_and_rope_qk(config, p, q, k, cos, sin) + (v,)
-    q = jnp.einsum("btd,dhk->bthk", x, p["q"].astype(dtype))
-    k = jnp.einsum("btd,dhk->bthk", x, p["k"].astype(dtype))
-    v = jnp.einsum("btd,dhk->bthk", x, p["v"].astype(dtype))
+    q = project(x, p["q"], "btd,dhk->bthk", dtype)
+    k = project(x, p["k"], "btd,dhk->bthk", dtype)
+    v = project(x, p["v"], "btd,dhk->bthk", dtype)
     if config.qkv_bias:
         q = q + p["q_bias"].astype(dtype)
         k = k + p["k_bias"].astype(dtype)
@@ -158,7 +159,7 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
 def output_projection(config: ModelConfig, p: dict, attn: jax.Array) -> jax.Array:
     """attn [B, T, H, Dh] -> [B, T, D]."""
-    return jnp.einsum("bthk,hkd->btd", attn, p["o"].astype(config.compute_dtype))
+    return project(attn, p["o"], "bthk,hkd->btd", config.compute_dtype)
 
 
 @jax.custom_vjp
@@ -193,6 +194,6 @@ def mlp(config: ModelConfig, p: dict, x: jax.Array) -> jax.Array:
     if "gate_up" in p:
         gate, up = jnp.split(rows @ p["gate_up"].astype(dtype), 2, axis=-1)
     else:
-        gate = rows @ p["gate"].astype(dtype)
-        up = rows @ p["up"].astype(dtype)
-    return ((silu(gate) * up) @ p["down"].astype(dtype)).reshape(x.shape)
+        gate = project(rows, p["gate"], "nd,df->nf", dtype)
+        up = project(rows, p["up"], "nd,df->nf", dtype)
+    return project(silu(gate) * up, p["down"], "nf,fd->nd", dtype).reshape(x.shape)

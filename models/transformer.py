@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from models import layers
 from models.config import ModelConfig
+from models.linear import is_plain
 from models.sharding import ActivationSharding, axis_names
 
 
@@ -175,17 +176,26 @@ def fuse_layers(config: ModelConfig, stacked: dict) -> dict:
     """Stacked layer params with q|k|v and gate|up concatenated into "qkv"
     [L, D, (H+2K)·Dh] and "gate_up" [L, D, 2F] (and "qkv_bias"), in the
     compute dtype: fewer, larger matmuls when few rows run (decode). Built
-    once per decode call, outside its loop; `decoder_layer` accepts either form."""
+    once per decode call, outside its loop; `decoder_layer` accepts either form.
+    A group with a quantized or adapted weight stays unfused (`models.linear`: it
+    is dequantized per layer inside the scan, never whole)."""
     dtype = config.compute_dtype
     n, d = config.num_layers, config.hidden_size
-    fused = {k: v for k, v in stacked.items()
-             if k not in ("q", "k", "v", "q_bias", "k_bias", "v_bias", "gate", "up")}
-    fused["qkv"] = jnp.concatenate(
-        [stacked[name].astype(dtype).reshape(n, d, -1) for name in "qkv"], axis=2)
-    if config.qkv_bias:
-        fused["qkv_bias"] = jnp.concatenate(
-            [stacked[f"{name}_bias"].astype(dtype).reshape(n, -1) for name in "qkv"], axis=1)
-    fused["gate_up"] = jnp.concatenate([stacked["gate"], stacked["up"]], axis=2).astype(dtype)
+    fuse_qkv = all(is_plain(stacked[name]) for name in "qkv")
+    fuse_mlp = is_plain(stacked["gate"]) and is_plain(stacked["up"])
+    drop = (("q", "k", "v", "q_bias", "k_bias", "v_bias") if fuse_qkv else ()) + (
+        ("gate", "up") if fuse_mlp else ())
+    fused = {k: v for k, v in stacked.items() if k not in drop}
+    if fuse_qkv:
+        fused["qkv"] = jnp.concatenate(
+            [stacked[name].astype(dtype).reshape(n, d, -1) for name in "qkv"], axis=2)
+        if config.qkv_bias:
+            fused["qkv_bias"] = jnp.concatenate(
+                [stacked[f"{name}_bias"].astype(dtype).reshape(n, -1) for name in "qkv"],
+                axis=1)
+    if fuse_mlp:
+        fused["gate_up"] = jnp.concatenate([stacked["gate"], stacked["up"]],
+                                           axis=2).astype(dtype)
     return fused
 
 

@@ -82,6 +82,8 @@ def _leaf_checksum(x: jax.Array) -> jax.Array:
     """uint32 position-weighted sum of a leaf's bits (wraps around)."""
     if x.dtype == jnp.bool_:
         bits = x.astype(jnp.uint32)
+    elif x.dtype in (jnp.int4, jnp.uint4):  # 4-bit codes (models.quant): their values
+        bits = x.astype(jnp.int32).astype(jnp.uint32)
     else:
         width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
         bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)

@@ -40,7 +40,7 @@ from rl.data.from_config import make_selector, make_sources
 from rl.envs.sandbox import SandboxError
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
-from rl.train import checks, multiturn
+from rl.train import adapters, checks, multiturn
 from rl.train import learner as learner_lib
 from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
@@ -74,6 +74,8 @@ class Run:
     rollout_act: sharding.ActivationSharding | None = None
     # rollout.max_turns >= 1: the env section's tools (rl.envs.ToolEnvironment)
     env: Any = None
+    # lora.rank >= 1: the adapters, the base's storage, the sampler's mode
+    lora: adapters.Settings | None = None
 
     @property
     def samples_per_prompt(self) -> int:
@@ -241,6 +243,8 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if cfg.data.system_prompt and not cfg.data.chat_template:
         raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
+    lora = adapters.from_config(cfg.lora, model_config)
+    checks.check_lora(cfg, lora is not None)
     asynchronous = cfg.rollout.mode != "sync"
     alg = dataclasses.replace(alg, off_policy=dataclasses.replace(
         alg.off_policy, correction=off_policy.resolve_correction(alg.off_policy.correction,
@@ -252,7 +256,7 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     boxed = tree is not None and s.tree.stop_on_boxed is not False  # None = on (TreePO)
     run = Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
               rules, sharding.ActivationSharding(mesh, rules), eval_ks, old_logp=old_logp,
-              stop_text=latex.complete_box if boxed else None)
+              stop_text=latex.complete_box if boxed else None, lora=lora)
     checks.check_rollout_mode(cfg, tree is not None)
     multiturn.check(cfg, tree=tree is not None, processes=jax.process_count())
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
@@ -358,6 +362,18 @@ def export(path: str, run: Run, params: Any) -> str:
                 paths.copy_file(src, os.path.join(local, name))
     multihost.sync(f"export {path}")
     return path
+
+
+def learner_for(run: Run, base: Any = None) -> learner_lib.Learner:
+    """The RL learner for `run`; with LoRA, over the frozen `base` (params or their
+    ShapeDtypeStructs), its TrainState.params the adapters."""
+    cfg = run.cfg
+    return learner_lib.Learner(
+        run.model_config, run.algorithm, optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
+        minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
+        logits_chunk=min(cfg.train.logits_chunk, run.completion_len),
+        proximal="interpolate" if run.old_logp == "interpolate" else "given",
+        base=base, lora=run.lora.lora if run.lora is not None else None)
 
 
 def optimizer_for(cfg) -> Any:

@@ -238,3 +238,17 @@ def warnings(cfg) -> list[str]:
                    "(about 1e-7 to 1e-4 with AdamW): each update moves every weight by up to "
                    "that much, and the policy collapses within a few steps")
     return out
+
+
+def check_lora(cfg, on: bool) -> None:
+    """`lora` against the rest of the run: the reference is the base already on the
+    devices (no offload), and the sampler runs in the trainer's step (rollout.mode=sync)."""
+    if not on:
+        return
+    if cfg.rl.reference.offload:
+        raise ValueError("rl.reference.offload with lora.rank >= 1: the reference is the "
+                         "frozen base with the adapter off, which the policy keeps on the "
+                         "devices anyway; turn the offload off")
+    if cfg.rollout.mode != "sync":
+        raise ValueError(f"rollout.mode={cfg.rollout.mode} with lora.rank >= 1: adapters run "
+                         "with the synchronous sampler only (rollout.mode=sync)")

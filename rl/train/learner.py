@@ -58,6 +58,7 @@ import optax
 
 import models
 from models import multihost
+from models import lora as lora_lib
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from rl.algorithms import kl as kl_lib
@@ -267,7 +268,8 @@ class Learner:
                  optimizer: optax.GradientTransformation,
                  sharding: ActivationSharding | None = None, *, epochs: int = 1,
                  minibatches: int = 1, temperature: float = 1.0, logits_chunk: int = 256,
-                 proximal: str = "given"):
+                 proximal: str = "given", base: Any = None,
+                 lora: lora_lib.LoraConfig | None = None):
         if epochs < 1 or minibatches < 1:
             raise ValueError(f"epochs and minibatches must be >= 1, got {epochs}, {minibatches}")
         if proximal not in losses.PROXIMAL:  # where π_old comes from
@@ -279,9 +281,30 @@ class Learner:
         self.temperature, self.logits_chunk = temperature, logits_chunk
         self.proximal = proximal
         self.kl_in_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward
-        self.train_step = jax.jit(self._train_step, donate_argnums=0)
+        if (base is None) != (lora is None):
+            raise ValueError("a LoRA learner needs both the frozen base and the LoraConfig")
+        # LoRA: TrainState.params are the adapters; the frozen base is an argument of
+        # the update (never a constant of its program) and the policy is both
+        self.base, self.lora = base, lora
+        self.update = jax.jit(self._train_step, donate_argnums=0)
         self.score = jax.jit(self._logprobs)
         self.js = jax.jit(self._js)
+
+    def train_step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Array]]:
+        """`epochs` × `minibatches` optimizer steps on `batch` (module doc); donates
+        `state`."""
+        return self.update(state, batch, self.base)
+
+    def lower_update(self, state: Any, batch: Any) -> jax.stages.Lowered:
+        """`train_step`'s program lowered for (abstract) `state` and `batch`."""
+        return self.update.lower(state, batch, self.base)
+
+    def policy(self, params: Any, base: Any = None) -> Any:
+        """The params the model runs for TrainState `params`: themselves, or with LoRA
+        the base (`base`, default the learner's) with these adapters attached."""
+        if self.lora is None:
+            return params
+        return lora_lib.attach(self.base if base is None else base, params, self.lora)
 
     def init_state(self, params: Any, rng: jax.Array) -> TrainState:
         """A TrainState; the optimizer state inherits the params' shardings and the
@@ -329,11 +352,13 @@ class Learner:
                         batch["completion"], temperature=self.temperature,
                         logits_chunk=self.logits_chunk, sharding=self.sharding)
 
-    def loss(self, params, batch, rng, version) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def loss(self, params, batch, rng, version,
+             base=None) -> tuple[jax.Array, dict[str, jax.Array]]:
         """The algorithm's scalar loss on one minibatch and its metrics; `version` [] int32
-        is the learner's update count before this update (the proximal version)."""
+        is the learner's update count before this update (the proximal version); `base`
+        the frozen base of LoRA `params`."""
         alg = self.algorithm
-        logp, entropy = self._logprobs(params, batch)
+        logp, entropy = self._logprobs(self.policy(params, base), batch)
         options = dict(alg.loss_options)
         entropy_coef = options.pop("entropy_coef", 0.0)
         if not entropy_coef:
@@ -349,20 +374,21 @@ class Learner:
             kl_coef=alg.kl_coef if self.kl_in_loss else 0.0, kl_kind=alg.kl_kind,
             kl_clamp=alg.kl_clamp, entropy=entropy, entropy_coef=entropy_coef, **options)
 
-    def _minibatch_step(self, carry, inputs, version):
+    def _minibatch_step(self, carry, inputs, version, base):
         params, opt_state = carry
         mb, rng = inputs
         if self.sharding is not None:
             mb = {k: self.sharding.constrain(v, ("batch",) + (None,) * (v.ndim - 1))
                   for k, v in mb.items()}
         (_, metrics), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mb, rng,
-                                                                          version)
+                                                                          version, base)
         metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return (params, opt_state), metrics
 
-    def _train_step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Array]]:
+    def _train_step(self, state: TrainState, batch,
+                    base=None) -> tuple[TrainState, dict[str, jax.Array]]:
         p = batch["prompts"].shape[0]
         g = batch["completion"].shape[0] // p
         m = self.minibatches
@@ -391,7 +417,7 @@ class Learner:
             else:
                 shuffled = batch
             mbs = {k: split(k, v) for k, v in shuffled.items()}
-            step = functools.partial(self._minibatch_step, version=state.step)
+            step = functools.partial(self._minibatch_step, version=state.step, base=base)
             return jax.lax.scan(step, carry, (mbs, step_keys))
 
         (params, opt_state), metrics = jax.lax.scan(

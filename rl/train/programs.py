@@ -162,7 +162,7 @@ def lower_step(run, prompt_len: int | None = None,
     state = abstract_state(run, learner)
     out = {}
     if "update" in names:
-        out["update"] = learner.train_step.lower(state, abstract_batch(run, learner, lp))
+        out["update"] = learner.lower_update(state, abstract_batch(run, learner, lp))
     if "score" in names:
         out["score"] = learner.score.lower(state.params, abstract_batch(
             run, learner, lp, ("prompts", "prompt_lens", "completion")))

@@ -48,7 +48,8 @@ from rl.checkpoint import loop
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.faults import Faults
 from rl.checkpoint.storage import orbax_coordination_barriers
-from rl.train import build, evaluation, fission, multiturn, step_metrics, turn_update
+from rl.train import adapters, build, evaluation, fission, multiturn, step_metrics
+from rl.train import turn_update
 from rl.train import learner as learner_lib
 from rl.train.asynchronous import Overlap, Staleness
 from rl.train.pipeline import CallFailed
@@ -71,20 +72,26 @@ class Trainer:
         cfg = run.cfg
         self.run_, self.cfg, self.workdir = run, cfg, workdir
         self.alg = run.algorithm
-        self.learner = learner_lib.Learner(
-            run.model_config, self.alg, build.optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
-            minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
-            logits_chunk=min(cfg.train.logits_chunk, run.completion_len),
-            proximal="interpolate" if run.old_logp == "interpolate" else "given")
-        self.ref_params = (jax.tree.map(jnp.copy, params) if self.alg.needs_reference
-                           else None)
-        # a resume rebuilds the reference from the config: this checks it is the same one
-        self.ref_checksum = (checkpoint.checksums(self.ref_params)
-                             if self.ref_params is not None else None)
+        # lora.rank >= 1: the base is frozen (quantized), the state's params are adapters
+        self.frozen = (adapters.Frozen(run.lora, run.model_config, params, run.mesh, run.rules)
+                       if run.lora is not None else None)
+        self.learner = build.learner_for(run, self.frozen.base if self.frozen else None)
+        if self.frozen is not None:  # the reference is the base, adapter off: no copy
+            self.ref_params = self.frozen.base if self.alg.needs_reference else None
+            self.ref_checksum = self.frozen.checksum  # checked on resume, reference or not
+            params = self.frozen.init(jax.random.key(cfg.seed + 3))
+        else:
+            self.ref_params = (jax.tree.map(jnp.copy, params) if self.alg.needs_reference
+                               else None)
+            # a resume rebuilds the reference from the config: this checks it is the same
+            self.ref_checksum = (checkpoint.checksums(self.ref_params)
+                                 if self.ref_params is not None else None)
         self.offload = bool(cfg.rl.reference.offload) and self.ref_params is not None
         if self.offload:  # rl.reference.offload: in host memory between uses
             self.ref_params = in_memory(self.ref_params, "pinned_host")
         self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
+        self._sampler = None  # (the TrainState, its sampler params, their adapter checksum)
+        self.sampled = None   # the adapter checksum of the last sampler call's params
         self.collector = Collector(run, self._sample, run.selector)
         self.samples = run.samples_per_prompt
         self.rows = cfg.train.prompts_per_step * self.samples
@@ -168,7 +175,7 @@ class Trainer:
         the tree's leaves (n unused)."""
         run, s = self.run_, self.cfg.sampling
         # the rollout thread samples with the version its call started under
-        params, act = ((self.state.params, run.act) if self.overlap is None
+        params, act = ((self.sampler_params(), run.act) if self.overlap is None
                        else (self.overlap.params, run.rollout_act))
         if self.overlap is not None and run.tree is None:  # a stop ends the call early
             flat["stop_when"] = self.overlap.interrupt(flat.get("stop_when"))
@@ -182,6 +189,20 @@ class Trainer:
         return sampling.generate(run.model_config, params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len, sharding=act, **flat)
+
+    def policy(self) -> Any:
+        """The policy's params: the state's, or with LoRA the base with its adapters."""
+        return self.learner.policy(self.state.params)
+
+    def sampler_params(self) -> Any:
+        """The params the sampler runs: the policy, or with LoRA its sampler copy (merged
+        or factored; `rl.train.adapters`), made once per update; notes its checksum."""
+        if self.frozen is None:
+            return self.state.params
+        if self._sampler is None or self._sampler[0] is not self.state:
+            self._sampler = (self.state,) + self.frozen.for_sampler(self.state.params)
+        self.sampled = self._sampler[2]
+        return self._sampler[1]
 
     def reference(self):
         """The reference params on the devices (None without a reference): a fresh device
@@ -270,7 +291,7 @@ class Trainer:
         reference = self.reference()
         ref_logp = (self.learner.score(reference, sequences)[0]
                     if reference is not None else None)
-        divergence = (self.learner.js(self.state.params, reference, sequences)
+        divergence = (self.learner.js(self.policy(), reference, sequences)
                       if self.uses_js else None)
         del reference  # an offloaded reference's device copy is freed once these ran
         t_wait = time.perf_counter()
@@ -287,7 +308,8 @@ class Trainer:
         batch = sequences | self.learner.place_arrays(
             self.update_inputs(seqs, grad_mask, adv, old_logp, ref_logp))
         learner_lib.check_batch(batch)
-        turn_metrics = {}
+        turn_metrics = ({} if self.frozen is None
+                        else self.frozen.check_sync(self.sampled, self.state.params))
         if multiturn.update_of(cfg.rl.multiturn) == "seeupo":
             self.state, learner_metrics, turn_metrics = turn_update.for_trainer(
                 self, seqs, sequences, grad_mask, adv, old_logp, ref_logp)
@@ -323,7 +345,7 @@ class Trainer:
         how = self.run_.old_logp
         stale = bool(np.any(seqs.mask & ~self.fresh(seqs)))
         if how == "recompute" or (how == "recompute_stale" and stale):
-            return self.learner.score(self.state.params, sequences)[0]
+            return self.learner.score(self.policy(), sequences)[0]
         return seqs.sampler_logp
 
     def fresh_from_sampler(self, seqs, old_logp: np.ndarray) -> np.ndarray:
@@ -363,13 +385,15 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
-        metrics = evaluation.evaluate(self.run_, self.state.params, self.eval_rng)
+        metrics = evaluation.evaluate(self.run_, self.sampler_params(), self.eval_rng)
         if metrics:
             metrics["time/eval"] = time.perf_counter() - start
         return metrics
 
     def export(self, name: str) -> str:
-        return export(os.path.join(self.workdir, name), self.run_, self.state.params)
+        params = (self.state.params if self.frozen is None
+                  else self.frozen.merged(self.state.params))
+        return export(os.path.join(self.workdir, name), self.run_, params)
 
     def eval_due(self, step: int) -> bool:
         every = self.cfg.train.eval_every

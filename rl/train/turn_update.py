@@ -40,14 +40,16 @@ def seeupo_update(learner, state, sequences: dict, inputs: Callable[[np.ndarray,
     turns = int(turn_ids.max(initial=-1)) + 1
     factor = np.ones(grad_mask.shape[0], np.float32)
     metrics, steps = {}, 0
+    score = lambda state: to_host(learner.score(learner.policy(state.params),  # noqa: E731
+                                                sequences)[0])
     for k in seeupo.turn_order(max(turns, 1), order):
         mask_k = grad_mask & (turn_ids == k)
         if not mask_k.any():
             continue
-        old_k = old_logp if steps == 0 else to_host(learner.score(state.params, sequences)[0])
+        old_k = old_logp if steps == 0 else score(state)
         adv_k = np.where(mask_k, adv * factor[:, None], 0.0).astype(np.float32)
         state, metrics = learner.train_step(state, sequences | inputs(mask_k, adv_k, old_k))
-        new_k = to_host(learner.score(state.params, sequences)[0])
+        new_k = score(state)
         factor = np.asarray(seeupo.update_factor(
             factor, seeupo.sequence_log_ratio(new_k, old_k, mask_k), mask_k.any(axis=1),
             low=low, high=high))

@@ -364,7 +364,7 @@ def test_plan_is_within_25_percent_of_the_measured_peak(workdir, monkeypatch, pr
     batch = learner.place(seqs.learner_inputs() | {
         "advantages": np.ones(shape, np.float32), "old_logp": seqs.sampler_logp,
         "ref_logp": np.zeros(shape, np.float32)})
-    temp = learner.train_step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
+    temp = learner.lower_update(state, batch).compile().memory_analysis().temp_size_in_bytes
     state, metrics = learner.train_step(state, batch)
     jax.block_until_ready(metrics)
     phases.append(("learner", live_bytes(dev) - before, temp))

@@ -1,0 +1,70 @@
+"""A linear layer over a weight in any stored form: an array, `Quantized` (8 or 4
+bits), or `Adapted` (a LoRA adapter over either).
+
+    y = project(x, p["q"], "btd,dhk->bthk", dtype)
+
+A plain or quantized weight is one einsum with the weight in the compute dtype (a
+quantized one dequantized first: inside the layer scan, so one layer's weights exist
+dense at a time). A quantized weight's backward dequantizes it again rather than
+keeping the dense copy for the gradient of x (`frozen_einsum`): a stacked [L, ...]
+dense copy saved for the backward would cost what quantizing saved. An adapted weight adds the low-rank path, x W + s·((x a) b), never
+forming W + s·a·b: its gradient reaches a and b through [.., r] activations, and no
+[*in, *out] gradient of the frozen W is computed (the step full fine-tuning pays).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from models.lora import Adapted, dense
+from models.quant import Quantized
+
+
+def is_plain(w: Any) -> bool:
+    """True for a plain array (neither quantized nor adapted)."""
+    return not isinstance(w, (Adapted, Quantized))
+
+
+def frozen_einsum(eq: str, x: jax.Array, w: Any, dtype) -> jax.Array:
+    """einsum(eq, x, dense(w)) for a frozen weight; a `Quantized` one keeps its codes,
+    not its dense form, for the backward (module doc). No gradient reaches `w`."""
+    if isinstance(w, Quantized):
+        return _quantized_einsum(eq, dtype, x, w)
+    return jnp.einsum(eq, x, dense(w, dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _quantized_einsum(eq, dtype, x, w):
+    return jnp.einsum(eq, x, dense(w, dtype))
+
+
+def _quantized_fwd(eq, dtype, x, w):
+    return _quantized_einsum(eq, dtype, x, w), (x, w)
+
+
+def _quantized_bwd(eq, dtype, residuals, g):
+    x, w = residuals
+    _, vjp = jax.vjp(lambda x_: jnp.einsum(eq, x_, dense(w, dtype)), x)
+    return vjp(g)[0], None  # the frozen weight gets no gradient
+
+
+_quantized_einsum.defvjp(_quantized_fwd, _quantized_bwd)
+
+
+def project(x: jax.Array, w: Any, eq: str, dtype) -> jax.Array:
+    """einsum(eq, x, W) in `dtype` for the weight `w` stands for; `eq` contracts x's
+    trailing dims with W's input dims ("btd,dhk->bthk", "nd,df->nf")."""
+    if not isinstance(w, Adapted):
+        return frozen_einsum(eq, x, w, dtype)
+    inputs, out = eq.split("->")
+    lhs, rhs = inputs.split(",")
+    n_in = w.n_in
+    r = next(c for c in "rzyxwvu" if c not in eq)
+    low = "".join(c for c in lhs if c not in rhs[:n_in]) + r
+    xa = jnp.einsum(f"{lhs},{rhs[:n_in]}{r}->{low}", x, w.a.astype(dtype))
+    xab = jnp.einsum(f"{low},{r}{rhs[n_in:]}->{out}", xa, w.b.astype(dtype))
+    return frozen_einsum(eq, x, w.base, dtype) + (w.scale * xab).astype(dtype)

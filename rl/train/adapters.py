@@ -1,0 +1,173 @@
+"""The trainer's LoRA side (`lora.rank` >= 1): the frozen base, the adapters' placement,
+the sampler's copy and the check that it is the learner's.
+
+    settings = from_config(cfg.lora, model_config)     # None with lora.rank = 0
+    frozen = Frozen(settings, params, run.mesh, run.rules)   # quantizes the base
+    adapters = frozen.init(rng)                         # the learner's TrainState.params
+    params, mark = frozen.for_sampler(adapters)         # merged or factored, + checksum
+    frozen.check_sync(mark, adapters)                   # raises SyncError if they differ
+
+The reference policy is the base with the adapter off (`frozen.base`): no second copy.
+The sampler runs either a merged copy, W + (alpha/r) A B made once per update
+(`lora.sampler=merge`), or the base with the adapters attached, x W + (alpha/r)(x A) B
+in every step (`factored`); `auto` merges a plain base and keeps a quantized one
+factored (its dense copy would cost what quantizing saved). Every copy carries the
+checksum of the adapters it was made from; the update compares it with the learner's,
+so a sampler left on an old adapter fails the step instead of training on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding
+
+from models import lora as lora_lib
+from models import quant
+from models import sharding as sharding_lib
+from models.config import ModelConfig
+from models.params import ParamSpec, param_shapes, param_specs
+from rl.checkpoint import persistent as checkpoint
+
+QUANTIZE = ("none",) + quant.KINDS
+SAMPLER = ("auto", "merge", "factored")
+
+
+class SyncError(RuntimeError):
+    """The sampler's adapter is not the learner's (a weight sync did not happen)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The `lora` section resolved: the adapters, the base's storage, the sampler's mode."""
+
+    lora: lora_lib.LoraConfig
+    quantize: str
+    block: int
+    sampler: str  # merge | factored (auto resolved)
+
+
+def from_config(section, config: ModelConfig) -> Settings | None:
+    """`cfg.lora` checked against the model; None when `rank` is 0 (full fine-tuning)."""
+    rank = int(section.rank)
+    if rank == 0:
+        return None
+    if rank < 0:
+        raise ValueError(f"lora.rank must be >= 0 (0 = no adapters), got {rank}")
+    targets = tuple(t.strip() for t in str(section.targets).split(",") if t.strip())
+    alpha = 2.0 * rank if section.alpha is None else float(section.alpha)
+    lora = lora_lib.LoraConfig(rank=rank, alpha=alpha, targets=targets)
+    if section.quantize not in QUANTIZE:
+        raise ValueError(f"lora.quantize must be one of {QUANTIZE}, got {section.quantize!r}")
+    if section.sampler not in SAMPLER:
+        raise ValueError(f"lora.sampler must be one of {SAMPLER}, got {section.sampler!r}")
+    block = int(section.block)
+    if section.quantize != "none":
+        specs = param_specs(config)["layers"]
+        for name in lora_lib.TARGETS:
+            shape = specs[name].shape
+            try:
+                quant.check_block(shape, lora_lib.quant_axis(name, len(shape)), block, name)
+            except ValueError as e:
+                raise ValueError(f"lora.block={block}: {e}") from None
+    sampler = section.sampler
+    if sampler == "auto":
+        sampler = "merge" if section.quantize == "none" else "factored"
+    return Settings(lora, section.quantize, block, sampler)
+
+
+def _named(mesh, rules, spec: ParamSpec, shape, name: str) -> NamedSharding:
+    return NamedSharding(mesh, sharding_lib.logical_to_spec(spec.axes, shape, mesh, rules, name))
+
+
+def adapter_shardings(config: ModelConfig, lora: lora_lib.LoraConfig, mesh, rules) -> dict:
+    """NamedShardings of the adapters: a and b follow their weight's logical axes, the
+    rank dim whole."""
+    specs = lora_lib.adapter_specs(config, lora)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, s: _named(mesh, rules, s, s.shape, jax.tree_util.keystr(path)), specs,
+        is_leaf=lambda x: isinstance(x, ParamSpec))
+
+
+def base_shardings(config: ModelConfig, settings: Settings, mesh, rules) -> dict:
+    """NamedShardings of the frozen base: a quantized weight's codes like the weight, its
+    scales on the same logical axes (the blocked dim divided by the block)."""
+    dense = sharding_lib.param_shardings(config, mesh, rules)
+    if settings.quantize == "none":
+        return dense
+    abstract = abstract_base(config, settings)
+    specs = param_specs(config)["layers"]
+    layers = dict(dense["layers"])
+    for name in lora_lib.TARGETS:
+        q = abstract["layers"][name]
+        layers[name] = quant.Quantized(
+            layers[name], _named(mesh, rules, specs[name], q.scale.shape, f"{name}.scale"),
+            q.kind, q.axis)
+    return {**dense, "layers": layers}
+
+
+def abstract_base(config: ModelConfig, settings: Settings) -> dict:
+    """The frozen base's ShapeDtypeStructs (unplaced): quantized weights as `Quantized`."""
+    params = param_shapes(config)
+    if settings.quantize == "none":
+        return params
+    layers = dict(params["layers"])
+    for name in lora_lib.TARGETS:
+        shape = layers[name].shape
+        layers[name] = quant.abstract(shape, settings.quantize, block=settings.block,
+                                      axis=lora_lib.quant_axis(name, len(shape)))
+    return {**params, "layers": layers}
+
+
+class Frozen:
+    """The frozen base on the mesh and what the trainer does with it (module doc)."""
+
+    def __init__(self, settings: Settings, config: ModelConfig, params: Any, mesh, rules):
+        self.settings, self.config, self.mesh, self.rules = settings, config, mesh, rules
+        self.lora = settings.lora
+        if settings.quantize == "none":
+            self.base = params
+        else:  # written straight into its shards; the dense params are freed by the caller
+            self.base = jax.jit(
+                functools.partial(lora_lib.quantize_base, config, kind=settings.quantize,
+                                  block=settings.block),
+                out_shardings=base_shardings(config, settings, mesh, rules))(params)
+        # a resume rebuilds the base from the config: this checks it is the same one
+        self.checksum = checkpoint.checksums(self.base)
+        self.adapter_shardings = adapter_shardings(config, self.lora, mesh, rules)
+        self._merge = jax.jit(functools.partial(lora_lib.merge, config, lora=self.lora),
+                              out_shardings=sharding_lib.param_shardings(config, mesh, rules))
+        # one program for every checksum: the same adapters give the same bits
+        self._checksum = jax.jit(lora_lib.checksum)
+
+    def init(self, rng: jax.Array) -> dict:
+        """Fresh adapters (b = 0: the policy starts as the base), on the mesh."""
+        return jax.jit(functools.partial(lora_lib.init, self.config, self.lora),
+                       out_shardings=self.adapter_shardings)(rng)
+
+    def policy(self, adapters: dict) -> dict:
+        """The base with `adapters` attached (no copy)."""
+        return lora_lib.attach(self.base, adapters, self.lora)
+
+    def for_sampler(self, adapters: dict) -> tuple[dict, jax.Array]:
+        """(the params the sampler runs, the checksum [] of the adapters they hold)."""
+        if self.settings.sampler == "merge":
+            return self.merged(adapters), self._checksum(adapters)
+        return self.policy(adapters), self._checksum(adapters)
+
+    def merged(self, adapters: dict) -> dict:
+        """Plain params: the base dequantized plus every adapter (what an export holds)."""
+        return self._merge(self.base, adapters=adapters)
+
+    def check_sync(self, sampler_mark: jax.Array, adapters: dict) -> dict[str, float]:
+        """The sync check's metrics; SyncError unless the sampler's adapters (their
+        `for_sampler` checksum) are `adapters`, bit for bit."""
+        mine = float(self._checksum(adapters))
+        theirs = float(sampler_mark)
+        if mine != theirs:
+            raise SyncError(f"the sampler ran an adapter with checksum {theirs!r}, the "
+                            f"learner's is {mine!r}: its weights were not synced")
+        return {"lora/adapter_checksum": mine, "lora/sampler_checksum": theirs}

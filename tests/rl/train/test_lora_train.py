@@ -1,0 +1,92 @@
+"""RL with LoRA (`lora.rank` >= 1) on the suite's very small run: only the adapters
+train, the base never moves and is the reference, the sampler's copy is checked against
+the learner's adapters every update (a missed sync stops the run), and a quantized base
+trains factored."""
+
+import io
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from configs import base
+from rl.checkpoint import persistent as checkpoint
+from rl.checkpoint.loop import RunStopped
+from rl.train import adapters, build, logs
+from rl.train.trainer import Trainer
+from tests.rl.fault_config import set_keys, very_small
+
+# rewards that vary within a group from the first step, so every update moves the policy
+MOVING = {"rl.reward.name": "format", "rl.reward.pattern": ".*[0-9].*", "lora.rank": 4,
+          "train.steps": 3, "train.eval_every": 0, "optim.lr": 1e-2,
+          "checkpoint.snapshot_every": 1}
+
+
+def config(**overrides):
+    cfg = very_small(base.build("tiny"))
+    set_keys(cfg, MOVING | overrides)
+    cfg.lock()
+    return cfg
+
+
+def trainer_for(cfg, workdir) -> Trainer:
+    run = build.resolve(cfg, str(workdir))
+    return Trainer(run, build.init_params(run), str(workdir), stream=io.StringIO())
+
+
+@pytest.mark.parametrize("quantize,sampler", [("none", "merge"), ("nf4", "factored")])
+def test_only_the_adapters_train_and_the_reference_is_the_base(tmp_path, quantize, sampler):
+    cfg = config(**{"lora.quantize": quantize, "lora.block": 32, "rl.kl.coef": 0.1})
+    trainer = trainer_for(cfg, tmp_path)
+    assert trainer.frozen.settings.sampler == sampler
+    assert trainer.ref_params is trainer.frozen.base  # adapter off: no second copy
+    base_sum = checkpoint.checksums(trainer.frozen.base)
+    first = jax.tree.map(np.asarray, trainer.state.params)
+    assert set(first["layers"]) == {"q", "k", "v", "o", "gate", "up", "down"}
+    trainer.run()
+    rows = logs.read(os.path.join(tmp_path, "metrics.jsonl"))
+    after = jax.tree.map(np.asarray, trainer.state.params)
+    assert checkpoint.checksums(trainer.frozen.base) == base_sum
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(jax.tree.leaves(after),
+                                                        jax.tree.leaves(first)))
+    # the optimizer holds the adapters' moments only
+    assert {x.shape for x in jax.tree.leaves(trainer.state.opt_state) if x.ndim} <= {
+        x.shape for x in jax.tree.leaves(after)}
+    steps = [r for r in rows if "lora/adapter_checksum" in r]
+    assert len(steps) == 3
+    assert all(r["lora/adapter_checksum"] == r["lora/sampler_checksum"] for r in steps)
+    assert len({r["lora/adapter_checksum"] for r in steps[1:]}) == 2  # it moves
+    assert steps[-1]["learner/kl"] > 0  # the adapted policy left the base
+
+
+def test_a_sampler_left_on_an_old_adapter_stops_the_run(tmp_path, monkeypatch):
+    cfg = config(**{"checkpoint.max_rollbacks": 2})
+    stale = {}
+    real = adapters.Frozen.for_sampler
+
+    def never_synced(self, adapters_):  # the first copy forever: a sync that never runs
+        if "copy" not in stale:
+            stale["copy"] = real(self, adapters_)
+        return stale["copy"]
+
+    monkeypatch.setattr(adapters.Frozen, "for_sampler", never_synced)
+    with pytest.raises(RunStopped, match="weights were not synced"):
+        trainer_for(cfg, tmp_path).run()
+    rows = logs.read(os.path.join(tmp_path, "metrics.jsonl"))
+    assert [r["step"] for r in rows if "lora/adapter_checksum" in r] == [1]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"lora.quantize": "fp8"}, "lora.quantize must be one of"),
+    ({"lora.quantize": "nf4", "lora.block": 48}, "lora.block=48: quantization block 48"),
+    ({"lora.targets": "q,lm_head"}, "unknown ['lm_head']"),
+    ({"lora.rank": -1}, "lora.rank must be >= 0"),
+    ({"rl.kl.coef": 0.1, "rl.reference.offload": True}, "rl.reference.offload with lora"),
+    ({"rollout.mode": "one_step_off"}, "rollout.mode=one_step_off with lora"),
+])
+def test_bad_lora_settings_fail_in_resolve(overrides, message):
+    with pytest.raises(build.ERRORS) as info:
+        build.resolve(config(**overrides))
+    text = build.message(info.value)
+    assert message in text and "\n" not in text
