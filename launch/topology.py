@@ -89,7 +89,10 @@ def quiet_libtpu(slice_: Slice) -> None:
 def devices(slice_: Slice) -> list:
     """The slice's devices (every host's), in the order jax.devices() lists them."""
     _, _, _, chip_config, _ = GENERATIONS[slice_.generation]
+    dims = [int(d) for d in slice_.shape.split("x")]
+    # a slice smaller than libtpu's default host (2x2x1 chips: v5e-1) is one host of it
+    small = {"chips_per_host_bounds": dims + [1] * (3 - len(dims))} if math.prod(dims) < 4 else {}
     topo = topologies.get_topology_desc(platform="tpu",
                                         topology_name=f"{slice_.generation}:{slice_.shape}",
-                                        chip_config_name=chip_config, num_slices=1)
+                                        chip_config_name=chip_config, num_slices=1, **small)
     return sorted(topo.devices, key=lambda d: d.id)

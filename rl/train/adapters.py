@@ -122,6 +122,32 @@ def abstract_base(config: ModelConfig, settings: Settings) -> dict:
     return {**params, "layers": layers}
 
 
+def placed(shapes: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs `shapes` with `shardings` (same structure)."""
+    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                        shapes, shardings)
+
+
+def abstract_placed(settings: Settings, config: ModelConfig, mesh, rules) -> tuple[Any, Any]:
+    """(the base, the adapters) as ShapeDtypeStructs placed on `mesh`, as `Frozen` and
+    `Frozen.init` place them (no allocation: `launch.compile`, the memory plan)."""
+    base = placed(abstract_base(config, settings), base_shardings(config, settings, mesh,
+                                                                  rules))
+    shapes = jax.eval_shape(functools.partial(lora_lib.init, config, settings.lora),
+                            jax.random.key(0))
+    return base, placed(shapes, adapter_shardings(config, settings.lora, mesh, rules))
+
+
+def sampler_abstract(settings: Settings, config: ModelConfig, base: Any, adapters: Any,
+                     mesh, rules) -> Any:
+    """The sampler's params (`Frozen.for_sampler`) as placed ShapeDtypeStructs."""
+    if settings.sampler == "factored":
+        return lora_lib.attach(base, adapters, settings.lora)
+    dense = jax.eval_shape(functools.partial(lora_lib.merge, config, lora=settings.lora),
+                           base, adapters=adapters)
+    return placed(dense, sharding_lib.param_shardings(config, mesh, rules))
+
+
 class Frozen:
     """The frozen base on the mesh and what the trainer does with it (module doc)."""
 

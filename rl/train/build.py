@@ -26,7 +26,7 @@ import jax
 import ml_collections
 
 import models
-from models import extras, multihost, paths, sharding
+from models import extras, multihost, paths, peft_io, sharding
 from models.byte_tokenizer import save_byte_tokenizer
 from models.config import ModelConfig
 from models.safetensors_io import CheckpointError
@@ -347,15 +347,22 @@ def encode_prompt(tokenizer, text: str, *, chat_template: bool = False,
     return ids
 
 
-def export(path: str, run: Run, params: Any) -> str:
+def export(path: str, run: Run, params: Any, adapters: Any = None) -> str:
     """Writes the policy and its tokenizer as a Hugging Face directory (on object
-    storage: written locally, then uploaded)."""
+    storage: written locally, then uploaded). With LoRA `params` are the merged weights
+    and `adapters` go to PATH/adapter as a PEFT directory (`models.peft_io`)."""
+    def write(local: str | None) -> None:  # None: a process that gathers, writes nothing
+        models.save_pretrained(local or "", run.model_config, params)
+        if adapters is not None:
+            peft_io.save_adapter(os.path.join(local or "", "adapter"), run.model_config,
+                                 run.lora.lora, adapters, base_model=run.cfg.model.hf_path)
+
     if not multihost.is_primary():
-        models.save_pretrained(path, run.model_config, params)  # gathers; writes nothing
+        write(None)
         multihost.sync(f"export {path}")
         return path
     with paths.staged(path) as local:
-        models.save_pretrained(local, run.model_config, params)
+        write(local)
         for name in paths.listdir(run.tokenizer_dir):
             src = paths.join(run.tokenizer_dir, name)
             if paths.isfile(src) and not os.path.exists(os.path.join(local, name)):

@@ -108,6 +108,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
+from models import lora as lora_lib
 from models import params as params_lib
 from models import sharding
 from models.config import DTYPES
@@ -115,6 +116,7 @@ from rl.checkpoint.storage import size_text as size
 from rl.train.memory_terms import (  # noqa: F401  (re-exported: benchmarks, tests)
     gathered_layer,
     learner_terms,
+    lora_terms,
     output_head,
     sampler_terms,
     shard_bytes,
@@ -188,6 +190,9 @@ class Plan:
     # and where they come from (`with_compiled`); empty: every term is planned
     compiled: dict = dataclasses.field(default_factory=dict)
     compiled_from: str = ""
+    # LoRA with lora.sampler=merge: the sampler's merged copy (dense, b_p), live while it
+    # samples (the trainer drops it before the update)
+    sampler_copy: int = 0
 
     def with_compiled(self, figures: Mapping[str, int], source: str) -> Plan:
         """This plan with XLA's figures for the phases ({COMPILED key: bytes per device},
@@ -204,8 +209,8 @@ class Plan:
     def sampler(self) -> int:
         c = self.compiled
         if c:
-            return c["kv_pool"] + max(c["decode"], c["prefill"])
-        return self.kv_pool + max(self.decode_weights, self.prefill)
+            return c["kv_pool"] + max(c["decode"], c["prefill"]) + self.sampler_copy
+        return self.kv_pool + max(self.decode_weights, self.prefill) + self.sampler_copy
 
     @property
     def learner(self) -> int:
@@ -253,6 +258,10 @@ class Plan:
                 t in PERSISTENT or not self.compiled) else " (estimate; XLA's below)"
             rows.append((t, size(getattr(self, t)),
                          f"{getattr(self, t) / max(self.total, 1):.0%}", phase[t] + note))
+            if t == SAMPLER[-1] and self.sampler_copy:
+                rows.append(("sampler_copy", size(self.sampler_copy),
+                             f"{self.sampler_copy / max(self.total, 1):.0%}",
+                             "sampler (LoRA's merged weights)"))
         for key, (name, ph, what) in COMPILED.items() if self.compiled else ():
             rows.append((f"{name} (compiled)", size(self.compiled[key]),
                          f"{self.compiled[key] / max(self.total, 1):.0%}",
@@ -356,5 +365,14 @@ def plan(run, *, mesh_sizes: Mapping[str, int] | None = None,
                     prompts_per_step=big_p, max_new_tokens=sp.max_new_tokens)
     shapes = dict(mesh="x".join(str(sizes[a]) for a in sharding.MESH_AXES), prompt_len=lp,
                   **sampler_shapes, **learner_shapes)
-    return Plan(params, 2 * params + 2 * 4, reference, kv_pool, decode_weights, prefill,
-                params, activations, params, settings, shapes)
+    if run.lora is None:
+        return Plan(params, 2 * params + 2 * 4, reference, kv_pool, decode_weights, prefill,
+                    params, activations, params, settings, shapes)
+    # LoRA: the base holds the frozen weights (the reference), the state only adapters
+    dense = sum(leaf(specs["layers"][name], bp) for name in lora_lib.TARGETS)
+    base, adapters = lora_terms(run, sizes)
+    copy = params if run.lora.sampler == "merge" else 0
+    return Plan(params - dense + base + adapters, 2 * adapters + 2 * 4, 0, kv_pool,
+                decode_weights, prefill, adapters, activations, adapters, settings,
+                dict(shapes, lora=f"r{run.lora.lora.rank}/{run.lora.quantize}"),
+                sampler_copy=copy)

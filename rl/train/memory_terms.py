@@ -5,6 +5,7 @@
     pool_bytes(run, sizes, pages, tpu_tiles)           the k and v pages per device
     sampler_terms(run, sizes, lp, tpu_tiles) -> (kv_pool, decode_weights, prefill, shapes)
     learner_terms(run, sizes, lp) -> (activations, shapes)
+    lora_terms(run, sizes) -> (frozen decoder weights, adapters)    with lora.rank >= 1
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 import jax.numpy as jnp
 
+from models import lora as lora_lib
 from models import params as params_lib
 from models import sharding
 from models.config import DTYPES
@@ -92,15 +94,45 @@ def output_head(run, sizes: Mapping[str, int]) -> int:
     return 0
 
 
+def code_bits(run) -> int:
+    """Bits per stored decoder weight: 8 · b_p, or the quantized base's 8 (int8) / 4 (nf4)."""
+    quantize = run.lora.quantize if run.lora is not None else "none"
+    if quantize == "none":
+        return 8 * jnp.dtype(DTYPES[run.model_config.param_dtype]).itemsize
+    return 4 if quantize == "nf4" else 8
+
+
 def layer_at_use(run, sizes: Mapping[str, int]) -> int:
     """One layer's weights as a scanned forward reads them: FSDP's gathered copy (and its
-    b_c cast when b_p ≠ b_c), else only the cast of the layer's shard."""
+    b_c cast when b_p ≠ b_c), else only the cast of the layer's shard; a quantized layer
+    (QLoRA) gathered as codes and dequantized to b_c."""
     c = run.model_config
     _, layer_w, bp, bc = _bytes(run, sizes)
-    gathered = gathered_layer(run, sizes, bp)
-    cast = 0 if bp == bc else (gathered_layer(run, sizes, bc) if gathered
-                               else layer_w(bc) // c.num_layers)
+    bits = code_bits(run)
+    gathered = gathered_layer(run, sizes, 1) * bits // 8
+    cast = 0 if bits == 8 * bc else (gathered_layer(run, sizes, bc) if gathered
+                                     else layer_w(bc) // c.num_layers)
     return gathered + cast
+
+
+def lora_terms(run, sizes: Mapping[str, int]) -> tuple[int, int]:
+    """(the adapted decoder weights as the frozen base stores them, the fp32 adapters),
+    bytes per device: codes at `code_bits` plus one fp32 scale per `lora.block` entries
+    of a quantized weight (its scales split like the weight where the splits divide)."""
+    st, c = run.lora, run.model_config
+    specs = params_lib.param_specs(c)["layers"]
+    base = 0
+    for name in lora_lib.TARGETS:
+        sp = specs[name]
+        base += shard_bytes(sp.shape, sp.axes, 1, sizes, run.rules) * code_bits(run) // 8
+        if st.quantize != "none":
+            a = len(sp.shape) + lora_lib.quant_axis(name, len(sp.shape))
+            scales = sp.shape[:a] + (sp.shape[a] // st.block,) + sp.shape[a + 1:]
+            base += shard_bytes(scales, sp.axes, 4, sizes, run.rules)
+    adapters = sum(shard_bytes(x.shape, x.axes, 4, sizes, run.rules)
+                   for ab in lora_lib.adapter_specs(c, st.lora)["layers"].values()
+                   for x in ab.values())
+    return base, adapters
 
 
 def pool_bytes(run, sizes: Mapping[str, int], pages: int, tpu_tiles: bool = False) -> int:
@@ -190,8 +222,9 @@ def learner_terms(run, sizes: Mapping[str, int], lp: int):
     r = (5 * tok(F, "mlp") + 6 * tok(D, "embed") + 2 * heads
          + 2 * X((p, tp, K, Dh), kv_axes) + 2 * X((n_mb, tp + s, K, Dh), kv_axes)
          + 2 * X((p, H, tp, tp), probs, 4) + 2 * X((n_mb, H, s, tp + s), probs, 4))
-    if c.remat == "none":
-        saved = r + (layer_w(bc) // L if bp != bc else 0)
+    if c.remat == "none":  # a quantized layer keeps its codes for the backward, no cast
+        cast = bp != bc and (run.lora is None or run.lora.quantize == "none")
+        saved = r + (layer_w(bc) // L if cast else 0)
     elif c.remat == "dots":
         saved = heads + 2 * kvh + 3 * tok(D, "embed") + 2 * tok(F, "mlp")
     else:
@@ -203,8 +236,8 @@ def learner_terms(run, sizes: Mapping[str, int], lp: int):
     # it), the output matrix's fp32 gradient [D, V] before it is reduced, and under FSDP
     # the gathered output matrix (tied or not: [D, V] with vocab over tensor)
     gathered = X((D, V), (None, "vocab"), bp) if fsdp(run, sizes) else 0
-    head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4)
-                + X((D, V), (None, "vocab"), 4) + gathered
+    head_grad = X((D, V), (None, "vocab"), 4) if run.lora is None else 0  # LoRA: frozen
+    head_bwd = (X((n_mb, block, V), ("batch", "length", "vocab"), 4) + head_grad + gathered
                 + 3 * X((n_mb, blocks * block, D), ("batch", "length", "embed")))
     batch = (X((big_p * g, cl), ("batch", None), 4 + 1 + 3 * 4)  # tokens, mask, 3 × f32
              + X((big_p, tp), ("batch", None), 4) + X((big_p,), ("batch",), 4))

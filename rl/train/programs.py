@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rl.train import build, memory_plan
+from rl.train import adapters, build, memory_plan
 from rl.train import learner as learner_lib
 from rl.train.batch import PROMPT_MULTIPLE, round_up
 from sampling import engine, flat
@@ -50,12 +50,11 @@ PROGRAMS = ("update", "score", "prefill", "decode")
 
 
 def make_learner(run) -> learner_lib.Learner:
-    """The trainer's learner for `run` (rl.train.trainer.Trainer builds the same)."""
-    cfg = run.cfg
-    return learner_lib.Learner(
-        run.model_config, run.algorithm, build.optimizer_for(cfg), run.act, epochs=cfg.train.epochs,
-        minibatches=cfg.train.minibatches, temperature=run.sampling_params.temperature,
-        logits_chunk=min(cfg.train.logits_chunk, run.completion_len))
+    """The trainer's learner for `run` (`build.learner_for`, as the trainer builds it);
+    with LoRA over the abstract frozen base."""
+    base = (adapters.abstract_placed(run.lora, run.model_config, run.mesh, run.rules)[0]
+            if run.lora is not None else None)
+    return build.learner_for(run, base)
 
 
 def _abstract(x, sharding=None) -> jax.ShapeDtypeStruct:
@@ -69,7 +68,8 @@ def _replicated(run) -> NamedSharding:
 def abstract_state(run, learner: learner_lib.Learner) -> learner_lib.TrainState:
     """The TrainState's shapes and shardings as `Learner.init_state` places them: the
     optimizer state with the params' shardings, counts, step and key replicated."""
-    params = build.abstract_params(run)
+    params = (build.abstract_params(run) if run.lora is None else adapters.abstract_placed(
+        run.lora, run.model_config, run.mesh, run.rules)[1])
     rep = _replicated(run)
     opt = optax.tree_map_params(
         learner.optimizer, lambda s, p: _abstract(s, p.sharding),
@@ -82,11 +82,12 @@ def abstract_state(run, learner: learner_lib.Learner) -> learner_lib.TrainState:
 
 def shard_bytes(tree) -> int:
     """Dense bytes per device of a pytree of sharded `ShapeDtypeStruct`s (the largest
-    shard of each leaf; a PRNG key as its two uint32 words)."""
+    shard of each leaf; a PRNG key as its two uint32 words; 4-bit codes two to a byte)."""
     total = 0
     for x in jax.tree.leaves(tree):
         key = jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-        total += math.prod(x.sharding.shard_shape(x.shape)) * (8 if key else x.dtype.itemsize)
+        bits = 64 if key else jax.dtypes.itemsize_bits(x.dtype)
+        total += -(-math.prod(x.sharding.shard_shape(x.shape)) * bits // 8)
     return total
 
 
@@ -96,9 +97,17 @@ def resident(run) -> dict[str, int]:
     (not `rl.reference.offload`), and for score, prefill and decode (given the params
     alone) the rest of the TrainState too: AdamW's moments, the counts, step and key.
     (While the reference is scored, the policy's params are the copy left resident
-    instead: the same bytes.)"""
-    state = abstract_state(run, make_learner(run))
+    instead: the same bytes.) With LoRA the base is the reference and an argument of
+    every program; a merged sampler copy leaves the base and the adapters resident
+    beside prefill and decode."""
+    learner = make_learner(run)
+    state = abstract_state(run, learner)
     params = shard_bytes(state.params)
+    if run.lora is not None:
+        rest = shard_bytes(state) - params
+        merged = run.lora.sampler == "merge"
+        beside = shard_bytes(learner.base) + params if merged else 0
+        return {"update": 0, "score": rest, "prefill": rest + beside, "decode": rest + beside}
     reference = params if (run.algorithm.needs_reference
                            and not run.cfg.rl.reference.offload) else 0
     rest = shard_bytes(state) - params + reference
@@ -164,10 +173,12 @@ def lower_step(run, prompt_len: int | None = None,
     if "update" in names:
         out["update"] = learner.lower_update(state, abstract_batch(run, learner, lp))
     if "score" in names:
-        out["score"] = learner.score.lower(state.params, abstract_batch(
+        out["score"] = learner.score.lower(learner.policy(state.params), abstract_batch(
             run, learner, lp, ("prompts", "prompt_lens", "completion")))
     if "prefill" in names or "decode" in names:
-        out |= _lower_sampler(run, state.params, lp)
+        sampler = state.params if run.lora is None else adapters.sampler_abstract(
+            run.lora, run.model_config, learner.base, state.params, run.mesh, run.rules)
+        out |= _lower_sampler(run, sampler, lp)
     return {name: out[name] for name in PROGRAMS if name in names}
 
 

@@ -278,6 +278,7 @@ class Trainer:
         """The update on `groups` (their rewards filled by `finish_rewards()` once the
         device work is dispatched); returns the step's metrics."""
         run, cfg = self.run_, self.cfg
+        self._sampler = None  # a merged LoRA copy is not kept through the update
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
                         sampler_logp=groups.logp, row_valid=groups.valid,
@@ -391,9 +392,11 @@ class Trainer:
         return metrics
 
     def export(self, name: str) -> str:
-        params = (self.state.params if self.frozen is None
-                  else self.frozen.merged(self.state.params))
-        return export(os.path.join(self.workdir, name), self.run_, params)
+        path = os.path.join(self.workdir, name)
+        if self.frozen is None:
+            return export(path, self.run_, self.state.params)
+        # LoRA: the merged model, and the adapter alone in PATH/adapter (PEFT)
+        return export(path, self.run_, self.frozen.merged(self.state.params), self.state.params)
 
     def eval_due(self, step: int) -> bool:
         every = self.cfg.train.eval_every

@@ -10,7 +10,9 @@ import jax
 import numpy as np
 import pytest
 
+import models
 from configs import base
+from models import peft_io
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.loop import RunStopped
 from rl.train import adapters, build, logs
@@ -58,6 +60,15 @@ def test_only_the_adapters_train_and_the_reference_is_the_base(tmp_path, quantiz
     assert all(r["lora/adapter_checksum"] == r["lora/sampler_checksum"] for r in steps)
     assert len({r["lora/adapter_checksum"] for r in steps[1:]}) == 2  # it moves
     assert steps[-1]["learner/kl"] > 0  # the adapted policy left the base
+    # DIR/final is the merged model; DIR/final/adapter the adapters alone (PEFT)
+    _, exported = peft_io.load_adapter(tmp_path / "final" / "adapter",
+                                       trainer.run_.model_config)
+    for x, y in zip(jax.tree.leaves(exported), jax.tree.leaves(after)):
+        np.testing.assert_array_equal(np.asarray(x), y)
+    _, merged = models.load_pretrained(tmp_path / "final")
+    want = jax.tree.map(np.asarray, trainer.frozen.merged(trainer.state.params))
+    for x, y in zip(jax.tree.leaves(merged), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(x), y)
 
 
 def test_a_sampler_left_on_an_old_adapter_stops_the_run(tmp_path, monkeypatch):
