@@ -26,6 +26,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from models import lora as lora_lib
+from models import multihost
 from models import quant
 from models import sharding as sharding_lib
 from models.config import ModelConfig
@@ -162,12 +163,25 @@ class Frozen:
                                   block=settings.block),
                 out_shardings=base_shardings(config, settings, mesh, rules))(params)
         # a resume rebuilds the base from the config: this checks it is the same one
-        self.checksum = checkpoint.checksums(self.base)
+        self.base_checksum = checkpoint.checksums(self.base)
         self.adapter_shardings = adapter_shardings(config, self.lora, mesh, rules)
-        self._merge = jax.jit(functools.partial(lora_lib.merge, config, lora=self.lora),
-                              out_shardings=sharding_lib.param_shardings(config, mesh, rules))
+        self._merges = {}  # mesh -> the jitted merge writing that mesh's dense params
         # one program for every checksum: the same adapters give the same bits
         self._checksum = jax.jit(lora_lib.checksum)
+
+    def _merge(self, mesh):
+        if mesh not in self._merges:
+            self._merges[mesh] = jax.jit(
+                functools.partial(lora_lib.merge, self.config, lora=self.lora),
+                out_shardings=sharding_lib.param_shardings(self.config, mesh, self.rules))
+        return self._merges[mesh]
+
+    def on_mesh(self, mesh) -> tuple[Any, Any]:
+        """(the base, the adapters' shardings) on another mesh (the asynchronous sampler's
+        devices): the base copied there once by the caller, the adapters each version."""
+        base = multihost.reshard(self.base, base_shardings(self.config, self.settings, mesh,
+                                                           self.rules))
+        return base, adapter_shardings(self.config, self.lora, mesh, self.rules)
 
     def init(self, rng: jax.Array) -> dict:
         """Fresh adapters (b = 0: the policy starts as the base), on the mesh."""
@@ -178,22 +192,60 @@ class Frozen:
         """The base with `adapters` attached (no copy)."""
         return lora_lib.attach(self.base, adapters, self.lora)
 
-    def for_sampler(self, adapters: dict) -> tuple[dict, jax.Array]:
-        """(the params the sampler runs, the checksum [] of the adapters they hold)."""
+    def for_sampler(self, adapters: dict, base: Any = None,
+                    mesh=None) -> tuple[dict, jax.Array]:
+        """(the params the sampler runs, the checksum [] of the adapters they hold), from
+        `adapters` over `base` (default the learner's) on `mesh` (default the learner's)."""
+        base = self.base if base is None else base
+        mark = self._checksum(adapters)
         if self.settings.sampler == "merge":
-            return self.merged(adapters), self._checksum(adapters)
-        return self.policy(adapters), self._checksum(adapters)
+            merge = self._merge(self.mesh if mesh is None else mesh)
+            return merge(base, adapters=adapters), mark
+        return lora_lib.attach(base, adapters, self.lora), mark
 
     def merged(self, adapters: dict) -> dict:
         """Plain params: the base dequantized plus every adapter (what an export holds)."""
-        return self._merge(self.base, adapters=adapters)
+        return self._merge(self.mesh)(self.base, adapters=adapters)
 
-    def check_sync(self, sampler_mark: jax.Array, adapters: dict) -> dict[str, float]:
+    def checksum(self, adapters: dict) -> float:
+        """`adapters`' checksum (the one `for_sampler` marks its copies with)."""
+        return float(self._checksum(adapters))
+
+    def check_sync(self, sampler_mark, learner: float) -> dict[str, float]:
         """The sync check's metrics; SyncError unless the sampler's adapters (their
-        `for_sampler` checksum) are `adapters`, bit for bit."""
-        mine = float(self._checksum(adapters))
+        `for_sampler` checksum) are the learner's of the same version (`learner`, their
+        `checksum`), bit for bit."""
         theirs = float(sampler_mark)
-        if mine != theirs:
+        if learner != theirs:
             raise SyncError(f"the sampler ran an adapter with checksum {theirs!r}, the "
-                            f"learner's is {mine!r}: its weights were not synced")
-        return {"lora/adapter_checksum": mine, "lora/sampler_checksum": theirs}
+                            f"learner's is {learner!r}: its weights were not synced")
+        return {"lora/adapter_checksum": learner, "lora/sampler_checksum": theirs}
+
+
+class Copies:
+    """The trainer's sampler copies (`Frozen.for_sampler`), each made once: one per
+    TrainState for the synchronous sampler, one per published version for the
+    asynchronous one (its own base and mesh), with the checksum of their adapters."""
+
+    def __init__(self, frozen: Frozen):
+        self.frozen = frozen
+        self._sync = self._rollout = None  # (key, params, mark)
+        self.sampled = None  # the mark of the synchronous sampler's last copy
+
+    def sync(self, state: Any) -> Any:
+        """The synchronous sampler's params for TrainState `state` (its adapters)."""
+        if self._sync is None or self._sync[0] is not state:
+            self._sync = (state,) + self.frozen.for_sampler(state.params)
+        self.sampled = self._sync[2]
+        return self._sync[1]
+
+    def drop(self) -> None:
+        """Frees the synchronous copy (a merged one is a whole model) before an update."""
+        self._sync = None
+
+    def rollout(self, adapters: Any, base: Any, mesh) -> tuple[Any, jax.Array]:
+        """(params, mark) of a published version's `adapters` over the sampler's `base`."""
+        if self._rollout is None or self._rollout[0] is not adapters:
+            self._rollout = (adapters,) + self.frozen.for_sampler(adapters, base, mesh)
+        return self._rollout[1:]
+

@@ -98,6 +98,13 @@ class Overlap:
         self.shared_devices = self.act is run.act
         self.shardings = sharding_lib.param_shardings(run.model_config, self.act.mesh,
                                                       run.rules)
+        # LoRA: a version is its adapters alone (megabytes); the sampler keeps its own copy
+        # of the frozen base, and each version's checksum is kept to check the batches
+        self.base, self.published, self.mark = None, {}, None
+        if trainer.frozen is not None:
+            self.base, self.shardings = (
+                (trainer.frozen.base, None) if self.shared_devices
+                else trainer.frozen.on_mesh(self.act.mesh))
         self.weights = Weights()
         devices = None if self.shared_devices else list(self.act.mesh.devices.flat)
         # the calls the final checkpoint holds too (the lag's worth past the last step):
@@ -124,7 +131,9 @@ class Overlap:
                                                                  self.max_staleness)
         else:
             groups, stats, finish, rng = collector.collect(call, rng, version)
-        finish()
+        finish()  # fills `stats` in place
+        if self.mark is not None:  # LoRA: the checksum of the adapters this call ran
+            stats["lora/sampler_checksum"] = float(self.mark)
         self.rng = np.asarray(jax.random.key_data(rng))
         state = copy.deepcopy(collector.host_state()) | {"rng": self.rng.copy()}
         return Produced({"groups": groups_to_state(groups), "stats": stats}, state, version)
@@ -180,6 +189,9 @@ class Overlap:
         self._put(version, params)
 
     def _put(self, version: int, params) -> None:
+        if self.trainer.frozen is not None:
+            self.published = {v: c for v, c in self.published.items() if v > version - 64}
+            self.published[version] = self.trainer.frozen.checksum(params)
         if self.shared_devices:
             moved = jax.tree.map(jnp.copy, params)
         else:

@@ -242,13 +242,8 @@ def warnings(cfg) -> list[str]:
 
 def check_lora(cfg, on: bool) -> None:
     """`lora` against the rest of the run: the reference is the base already on the
-    devices (no offload), and the sampler runs in the trainer's step (rollout.mode=sync)."""
-    if not on:
-        return
-    if cfg.rl.reference.offload:
+    devices, so it is not offloaded."""
+    if on and cfg.rl.reference.offload:
         raise ValueError("rl.reference.offload with lora.rank >= 1: the reference is the "
                          "frozen base with the adapter off, which the policy keeps on the "
                          "devices anyway; turn the offload off")
-    if cfg.rollout.mode != "sync":
-        raise ValueError(f"rollout.mode={cfg.rollout.mode} with lora.rank >= 1: adapters run "
-                         "with the synchronous sampler only (rollout.mode=sync)")

@@ -60,6 +60,7 @@ from rl.train.credit import Credit
 from rl.train.groups import Groups
 from rl.train.logs import RunLog
 from rl.train.progress import Progress
+from rl.train.streams import LogProbStreams
 
 
 def in_memory(tree: Any, kind: str) -> Any:
@@ -67,7 +68,7 @@ def in_memory(tree: Any, kind: str) -> Any:
     return jax.tree.map(lambda x: jax.device_put(x, x.sharding.with_memory_kind(kind)), tree)
 
 
-class Trainer:
+class Trainer(LogProbStreams):
     def __init__(self, run: Run, params: Any, workdir: str, *, stream=None):
         cfg = run.cfg
         self.run_, self.cfg, self.workdir = run, cfg, workdir
@@ -78,7 +79,7 @@ class Trainer:
         self.learner = build.learner_for(run, self.frozen.base if self.frozen else None)
         if self.frozen is not None:  # the reference is the base, adapter off: no copy
             self.ref_params = self.frozen.base if self.alg.needs_reference else None
-            self.ref_checksum = self.frozen.checksum  # checked on resume, reference or not
+            self.ref_checksum = self.frozen.base_checksum  # checked on resume, reference or not
             params = self.frozen.init(jax.random.key(cfg.seed + 3))
         else:
             self.ref_params = (jax.tree.map(jnp.copy, params) if self.alg.needs_reference
@@ -90,8 +91,7 @@ class Trainer:
         if self.offload:  # rl.reference.offload: in host memory between uses
             self.ref_params = in_memory(self.ref_params, "pinned_host")
         self.state = self.learner.init_state(params, jax.random.key(cfg.seed + 1))
-        self._sampler = None  # (the TrainState, its sampler params, their adapter checksum)
-        self.sampled = None   # the adapter checksum of the last sampler call's params
+        self.copies = adapters.Copies(self.frozen) if self.frozen is not None else None
         self.collector = Collector(run, self._sample, run.selector)
         self.samples = run.samples_per_prompt
         self.rows = cfg.train.prompts_per_step * self.samples
@@ -177,6 +177,9 @@ class Trainer:
         # the rollout thread samples with the version its call started under
         params, act = ((self.sampler_params(), run.act) if self.overlap is None
                        else (self.overlap.params, run.rollout_act))
+        if self.overlap is not None and self.frozen is not None:  # the version's adapters
+            params, self.overlap.mark = self.copies.rollout(params, self.overlap.base,
+                                                            act.mesh)
         if self.overlap is not None and run.tree is None:  # a stop ends the call early
             flat["stop_when"] = self.overlap.interrupt(flat.get("stop_when"))
         if run.env is not None:  # multi-turn episodes (sync, one device: checked)
@@ -196,13 +199,23 @@ class Trainer:
 
     def sampler_params(self) -> Any:
         """The params the sampler runs: the policy, or with LoRA its sampler copy (merged
-        or factored; `rl.train.adapters`), made once per update; notes its checksum."""
+        or factored; `rl.train.adapters.Copies`), made once per update."""
+        return self.state.params if self.copies is None else self.copies.sync(self.state)
+
+    def check_sync(self, stats: dict) -> dict:
+        """LoRA: the adapters the batch was sampled with are the learner's of that version
+        (`rl.train.adapters.Frozen.check_sync`; raises SyncError). A batch restored from a
+        checkpoint, made before this process published its version, is not checked."""
         if self.frozen is None:
-            return self.state.params
-        if self._sampler is None or self._sampler[0] is not self.state:
-            self._sampler = (self.state,) + self.frozen.for_sampler(self.state.params)
-        self.sampled = self._sampler[2]
-        return self._sampler[1]
+            return {}
+        if self.overlap is None:
+            return self.frozen.check_sync(self.copies.sampled,
+                                          self.frozen.checksum(self.state.params))
+        version = int(stats.get("rollout/sampler_version", -1))
+        learner = self.overlap.published.get(version)
+        if learner is None or "lora/sampler_checksum" not in stats:
+            return {}
+        return self.frozen.check_sync(stats["lora/sampler_checksum"], learner)
 
     def reference(self):
         """The reference params on the devices (None without a reference): a fresh device
@@ -278,7 +291,8 @@ class Trainer:
         """The update on `groups` (their rewards filled by `finish_rewards()` once the
         device work is dispatched); returns the step's metrics."""
         run, cfg = self.run_, self.cfg
-        self._sampler = None  # a merged LoRA copy is not kept through the update
+        if self.copies is not None:  # a merged LoRA copy is not kept through the update
+            self.copies.drop()
         seqs = assemble(groups.prompts, groups.completions, group_size=self.samples,
                         groups=cfg.train.prompts_per_step, completion_len=run.completion_len,
                         sampler_logp=groups.logp, row_valid=groups.valid,
@@ -309,8 +323,7 @@ class Trainer:
         batch = sequences | self.learner.place_arrays(
             self.update_inputs(seqs, grad_mask, adv, old_logp, ref_logp))
         learner_lib.check_batch(batch)
-        turn_metrics = ({} if self.frozen is None
-                        else self.frozen.check_sync(self.sampled, self.state.params))
+        turn_metrics = self.check_sync(stats)
         if multiturn.update_of(cfg.rl.multiturn) == "seeupo":
             self.state, learner_metrics, turn_metrics = turn_update.for_trainer(
                 self, seqs, sequences, grad_mask, adv, old_logp, ref_logp)
@@ -336,52 +349,6 @@ class Trainer:
             "time/step": t3 - t0, "perf/tokens_per_s": stats["generated_tokens"] / (t3 - t0),
         })
         return metrics
-
-    # -- the three log-prob streams -----------------------------------------------------------
-    def proximal(self, seqs, sequences):
-        """π_old (the proximal policy: the learner's before this update) per token, on the
-        device or host: a forward pass (`recompute`, and `recompute_stale` when a token
-        was sampled by an older version), else the sampler's log-probs (`sampler`, and
-        `interpolate`, which the learner replaces)."""
-        how = self.run_.old_logp
-        stale = bool(np.any(seqs.mask & ~self.fresh(seqs)))
-        if how == "recompute" or (how == "recompute_stale" and stale):
-            return self.learner.score(self.policy(), sequences)[0]
-        return seqs.sampler_logp
-
-    def fresh_from_sampler(self, seqs, old_logp: np.ndarray) -> np.ndarray:
-        """`recompute_stale`: a token sampled by the learner's own version keeps the
-        sampler's log-prob (it is the proximal policy's, to fp32 rounding: its behaviour
-        weight is exactly 1); the others keep the recomputed one."""
-        if self.run_.old_logp != "recompute_stale":
-            return old_logp
-        return np.where(self.fresh(seqs), seqs.sampler_logp, old_logp).astype(np.float32)
-
-    def fresh(self, seqs) -> np.ndarray:
-        """[rows, C] the tokens the learner's own version sampled from its own context:
-        with kept pages (rollout.kv_on_update=keep), only while every earlier token of
-        the row was that version's too (the others attend to older keys and values)."""
-        own = seqs.versions == self.version
-        if self.overlap is None or not self.collector.keep_kv:
-            return own
-        older = np.where(seqs.versions >= 0, seqs.versions, self.version) != self.version
-        return own & ~np.logical_or.accumulate(older, axis=1)
-
-    def update_inputs(self, seqs, grad_mask, adv, old_logp, ref_logp) -> dict:
-        """The learner's per-token inputs: mask, advantages, π_old, π_ref, and, when the
-        behaviour policy may differ from π_old (another version, or filtered sampling),
-        the sampler's log-probs and each token's version (the off-policy correction)."""
-        update = {"mask": grad_mask, "advantages": adv, "old_logp": old_logp,
-                  "ref_logp": ref_logp}
-        if self.run_.old_logp != "sampler":
-            update["behavior_logp"] = seqs.sampler_logp
-            # the learner counts versions in updates (TrainState.step), the trainer in
-            # steps (a step whose batch kept nothing updates nothing): the same ages
-            updates = int(to_host(self.state.step))
-            update["versions"] = np.where(seqs.versions >= 0,
-                                          seqs.versions - self.version + updates,
-                                          -1).astype(np.int32)
-        return update
 
     # -- the loop -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:

@@ -28,6 +28,7 @@ def adapted(config, rank=3, targets=tuple(lora.TARGETS), seed=0):
 @pytest.mark.parametrize("family,targets", [
     ("qwen2", tuple(lora.TARGETS)),   # q/k/v biases, tied head; every linear layer
     ("llama", ("q", "v", "o", "down")),  # GQA, llama3 rope; a subset
+    ("qwen3", ("k", "o", "gate", "up")),  # q/k norms, untied head; another subset
 ])
 def test_peft_loads_our_adapter_onto_transformers_with_our_logits(family, targets, tmp_path):
     import peft

@@ -15,7 +15,7 @@ from configs import base
 from models import peft_io
 from rl.checkpoint import persistent as checkpoint
 from rl.checkpoint.loop import RunStopped
-from rl.train import adapters, build, logs
+from rl.train import adapters, asynchronous, build, logs
 from rl.train.trainer import Trainer
 from tests.rl.fault_config import set_keys, very_small
 
@@ -94,10 +94,42 @@ def test_a_sampler_left_on_an_old_adapter_stops_the_run(tmp_path, monkeypatch):
     ({"lora.targets": "q,lm_head"}, "unknown ['lm_head']"),
     ({"lora.rank": -1}, "lora.rank must be >= 0"),
     ({"rl.kl.coef": 0.1, "rl.reference.offload": True}, "rl.reference.offload with lora"),
-    ({"rollout.mode": "one_step_off"}, "rollout.mode=one_step_off with lora"),
 ])
 def test_bad_lora_settings_fail_in_resolve(overrides, message):
     with pytest.raises(build.ERRORS) as info:
         build.resolve(config(**overrides))
     text = build.message(info.value)
     assert message in text and "\n" not in text
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_asynchronous_sampler_gets_each_versions_adapters(tmp_path, monkeypatch, split):
+    # one_step_off: each batch is sampled with the version before; with split devices the
+    # sampler keeps its own copy of the base on its 4 devices and each version ships the
+    # adapters alone. Then a sync that ships the first adapters forever stops the run.
+    cfg = config(**{"rollout.mode": "one_step_off", "train.steps": 3,
+                    "mesh.rollout_devices": 4 if split else 0})
+    trainer = trainer_for(cfg, tmp_path / "ok")
+    assert trainer.overlap.shared_devices != split
+    if split:
+        placed = {d for x in jax.tree.leaves(trainer.overlap.base) for d in x.devices()}
+        assert placed == set(trainer.run_.rollout_act.mesh.devices.flat)
+    trainer.run()
+    rows = [r for r in logs.read(os.path.join(tmp_path / "ok", "metrics.jsonl"))
+            if "lora/adapter_checksum" in r]
+    assert [r["rollout/sampler_version"] for r in rows] == [0, 0, 1]
+    assert all(r["lora/adapter_checksum"] == r["lora/sampler_checksum"] for r in rows)
+    if split:
+        return
+    real = asynchronous.Overlap._put
+    first = {}
+
+    def stale(self, version, params):  # publishes the right checksum, ships version 0
+        first.setdefault("params", params)
+        real(self, version, params)
+        self.weights.publish(version, first["params"])
+
+    monkeypatch.setattr(asynchronous.Overlap, "_put", stale)
+    with pytest.raises(RunStopped, match="weights were not synced"):
+        trainer_for(config(**{"rollout.mode": "one_step_off",
+                              "checkpoint.max_rollbacks": 2}), tmp_path / "stale").run()
