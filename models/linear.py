@@ -65,6 +65,12 @@ def project(x: jax.Array, w: Any, eq: str, dtype) -> jax.Array:
     n_in = w.n_in
     r = next(c for c in "rzyxwvu" if c not in eq)
     low = "".join(c for c in lhs if c not in rhs[:n_in]) + r
-    xa = jnp.einsum(f"{lhs},{rhs[:n_in]}{r}->{low}", x, w.a.astype(dtype))
-    xab = jnp.einsum(f"{low},{r}{rhs[n_in:]}->{out}", xa, w.b.astype(dtype))
+    a, b, row = w.a.astype(dtype), w.b.astype(dtype), ""
+    if w.index is not None:  # each batch row its own adapter: a [N, *in, r] -> [B, *in, r]
+        index = w.index
+        if x.shape[0] != index.shape[0]:  # rows flattened with their positions ([B·T, D])
+            index = jnp.repeat(index, x.shape[0] // index.shape[0])
+        a, b, row = a[index], b[index], lhs[0]
+    xa = jnp.einsum(f"{lhs},{row}{rhs[:n_in]}{r}->{low}", x, a)
+    xab = jnp.einsum(f"{low},{row}{r}{rhs[n_in:]}->{out}", xa, b)
     return frozen_einsum(eq, x, w.base, dtype) + (w.scale * xab).astype(dtype)

@@ -71,11 +71,13 @@ class Adapted:
     b: jax.Array
     scale: float = dataclasses.field(metadata={"static": True})
     n_in: int = dataclasses.field(metadata={"static": True})  # input dims of the weight
+    # several adapters (`stack`: a [..., N, *in, r]): each batch row's adapter [..., B]
+    index: jax.Array | None = None
 
     @property
     def lead(self) -> int:
         """Leading (stacked layer) dims: 1 on the stacked params, 0 inside the scan."""
-        return self.a.ndim - 1 - self.n_in
+        return self.a.ndim - 1 - self.n_in - (self.index is not None)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -122,6 +124,25 @@ def attach(params: dict, adapters: dict | None, lora: LoraConfig | None) -> dict
     return {**params, "layers": layers}
 
 
+def stack(adapters: list[dict]) -> dict:
+    """N adapters of one LoraConfig as one: a [L, N, *in, r], b [L, N, r, *out] (the layer
+    dim first, so the layer scan slices it as before)."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *adapters)
+
+
+def select(params: dict, arms: jax.Array) -> dict:
+    """`params` attached to stacked adapters (`attach(base, stack(...), lora)`) with batch
+    row i running adapter `arms[i]` ([B] int32); the index is stacked per layer, as the
+    layer scan slices every leaf."""
+    layers = dict(params["layers"])
+    for name, w in layers.items():
+        if isinstance(w, Adapted):
+            arms = jnp.asarray(arms, jnp.int32)
+            layers[name] = dataclasses.replace(
+                w, index=jnp.broadcast_to(arms, (w.a.shape[0],) + arms.shape))
+    return {**params, "layers": layers}
+
+
 def delta(a: jax.Array, b: jax.Array, lead: int, dtype=jnp.float32) -> jax.Array:
     """a [*lead, *in, r] · b [*lead, r, *out] -> [*lead, *in, *out], in `dtype`."""
     r = a.shape[-1]
@@ -134,6 +155,8 @@ def dense(w: Any, dtype) -> jax.Array:
     """A stored weight as a plain array in `dtype`: an array cast, a `Quantized` one
     dequantized, an `Adapted` one merged (base + s·a·b, summed in fp32)."""
     if isinstance(w, Adapted):
+        if w.index is not None:
+            raise ValueError("a weight whose rows run different adapters has no dense form")
         base = dense(w.base, jnp.float32)
         return (base + w.scale * delta(w.a, w.b, w.lead)).astype(dtype)
     if isinstance(w, quant.Quantized):

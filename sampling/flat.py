@@ -26,11 +26,14 @@ shorter budget).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
 import numpy as np
 
+from models import lora
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import engine, row_kv
@@ -52,7 +55,7 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
              max_new_tokens_per_row: np.ndarray | None = None,
              attention: str = "shared_prefix",
              sharding: ActivationSharding | None = None, resume: dict | None = None,
-             keep_partial: bool = False) -> Rollouts:
+             keep_partial: bool = False, arms: np.ndarray | None = None) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -70,17 +73,22 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     that `stop_when` leaves unfinished return their caches (`Rollouts.kv`,
     `sampling.row_kv.RowKV`); `resume` {prompt index: RowKV} (n = 1) continues such a
     row from its kept cache (the prompt: its original prompt and tokens so far) instead
-    of prefilling it.
+    of prefilling it. `arms` [len(prompts)]: `params` hold several LoRA adapters
+    (`models.lora.stack`) and prompt i's samples run adapter `arms[i]`, all in one batch;
+    the samples of an arm draw the random numbers they would draw in a call of their
+    own (their index among the arm's samples), and identical prompts of two arms do not
+    share pages.
     """
     sp = sampling_params
     stop_ids = engine.stop_token_ids(config, sp)
 
-    def prefill(num_pages, layout, rows):
-        return engine.prefill_layout(config, params, num_pages, layout, rows, sharding)
+    def prefill(num_pages, layout, rows, arms=None):
+        return engine.prefill_layout(config, _rows_of(params, arms), num_pages, layout, rows,
+                                     sharding)
 
-    def decode(cache, state, seg, limit, steps):
-        return engine.decode(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids,
-                             attention, sharding)
+    def decode(cache, state, seg, limit, steps, arms=None):
+        return engine.decode(config, _rows_of(params, arms), cache, state, rng, seg, limit, sp,
+                             steps, stop_ids, attention, sharding)
 
     keep = None
     if resume or keep_partial:
@@ -89,8 +97,14 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
                              segment_len=segment_len, share_prompts=share_prompts,
                              stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
-                             shards=shards_lib.of(sharding).count, resume=resume, keep=keep)
+                             shards=shards_lib.of(sharding).count, resume=resume, keep=keep,
+                             arms=arms)
     return rollouts
+
+
+def _rows_of(params: dict, arms: np.ndarray | None) -> dict:
+    """`params` whose stacked LoRA adapters run `arms[i]` on batch row i (`arms` given)."""
+    return params if arms is None else lora.select(params, arms)
 
 
 def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,
@@ -99,7 +113,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                stop_when: Callable[[np.ndarray], bool] | None = None,
                max_new_tokens_per_row: np.ndarray | None = None,
                shards: int = 1, resume: dict | None = None,
-               keep: tuple[Callable, Callable] | None = None) -> tuple[Rollouts, dict]:
+               keep: tuple[Callable, Callable] | None = None,
+               arms: np.ndarray | None = None) -> tuple[Rollouts, dict]:
     """The host side of `generate` for one or more models decoding side by side.
 
     `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
@@ -124,6 +139,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     `keep` = (put, take) (`sampling.row_kv`): `resume` {prompt: RowKV} (n = 1) puts those
     prompts' kept caches in place of a prefill, and the unfinished rows' caches come back
     as `Rollouts.kv` (take).
+
+    `arms` [len(prompts)] (adapters in one batch, `generate`): the callables get `arms=`.
     """
     check_layout(n, page_size, segment_len)
     config = configs[0]
@@ -132,21 +149,21 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     r = len(prompts) * n
     prompt_shard = shards_lib.assign([n] * len(prompts), shards)
     rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
+    arms = arms if arms is None else _check_arms(arms, len(prompts))
     unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard,
-                                                    set(resume))
+                                                    set(resume), arms)
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     budget = np.full(rows.rows, sp.max_new_tokens, np.int64)  # padding rows never limit
     budget[rows.place] = _budgets(max_new_tokens_per_row, r, sp.max_new_tokens)
     pools, layout, source = shard_layout(unique, unique_shard, sample_source, rows, page_size,
                                          gen_pages, config.pad_token_id or 0)
+    if arms is not None:
+        prefill, decode, rows = _with_arms(prefill, decode, rows, layout, sample_source,
+                                           np.repeat(arms, n))
     hidden, carry = _prefill(prefill, keep, pools, layout, source, sample_source, rows,
                              unique_shard, prompts, resume)
-    for row in rows.place:
-        pools[row // rows.per].retain(layout.tables[source[row]])
-    for i, table in enumerate(layout.tables[layout.rows]):  # the samples hold them now
-        pools[unique_shard[i]].release(table)
-
+    _hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
     outputs, own, done, stopped_early, (hidden, carry) = _decode_segments(
         decode, pools, layout, source, hidden, carry, budget, rows, sp.max_new_tokens,
         segment_len, page_size, stop_when)
@@ -167,12 +184,38 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     rollouts, extra = _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
                                 rows.to_items(done), len(prompts), n, sp.max_new_tokens,
                                 np.int32(config.pad_token_id or 0), stats)
-    if kept is not None:  # in sample order, as the partial rows are
+    return _with_kept(rollouts, kept), extra
+
+
+def _with_kept(rollouts: Rollouts, kept: list | None) -> Rollouts:
+    """`rollouts` with the partial rows' kept caches (`Rollouts.kv`, in sample order)."""
+    if kept is not None:
         rollouts.kv = [None] * len(rollouts)
         for i, row in zip(np.flatnonzero(rollouts.finish_reason == "partial"), kept,
                           strict=True):
             rollouts.kv[i] = row
-    return rollouts, extra
+    return rollouts
+
+
+def _hand_over_prompt_pages(pools: list[PagePool], layout, source: np.ndarray,
+                            rows: shards_lib.Placement, unique_shard: np.ndarray) -> None:
+    """The samples take a reference to their prompt's pages; the layout drops its own."""
+    for row in rows.place:
+        pools[row // rows.per].retain(layout.tables[source[row]])
+    for i, table in enumerate(layout.tables[layout.rows]):
+        pools[unique_shard[i]].release(table)
+
+
+def _with_arms(prefill: Callable, decode: Callable, rows: shards_lib.Placement, layout,
+               sample_source: np.ndarray, sample_arm: np.ndarray):
+    """`prefill` and `decode` given each prefill row's and each device row's arm, and
+    `rows` drawing each sample's number among its arm's (`run_groups`' `arms`)."""
+    prefill_arm = np.zeros(len(layout.tables), np.int32)
+    prefill_arm[layout.rows[sample_source]] = sample_arm
+    row_arm = np.zeros(rows.rows, np.int32)
+    row_arm[rows.place] = sample_arm
+    return (functools.partial(prefill, arms=prefill_arm), functools.partial(decode, arms=row_arm),
+            dataclasses.replace(rows, local=_local_ids(sample_arm)))
 
 
 def _check_resume(resume: dict | None, n: int, keep) -> dict:
@@ -237,8 +280,27 @@ def shard_layout(unique: list[list[int]], unique_shard: np.ndarray, sample_sourc
     return pools, layout, source
 
 
+def _check_arms(arms, num_prompts: int) -> np.ndarray:
+    arms = np.asarray(arms)
+    if arms.shape != (num_prompts,) or not np.issubdtype(arms.dtype, np.integer) or (
+            arms.size and arms.min() < 0):
+        raise ValueError(f"arms must be [{num_prompts}] ints >= 0 (one per prompt), got "
+                         f"shape {arms.shape} {arms.dtype}")
+    return arms.astype(np.int32)
+
+
+def _local_ids(sample_arm: np.ndarray) -> np.ndarray:
+    """[samples] each sample's index among its arm's samples (the draw it makes alone)."""
+    local = np.zeros(len(sample_arm), np.int32)
+    for arm in np.unique(sample_arm):
+        which = np.flatnonzero(sample_arm == arm)
+        local[which] = np.arange(len(which))
+    return local
+
+
 def _distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.ndarray,
-              apart: set[int] = frozenset()) -> tuple[list, np.ndarray, np.ndarray]:
+              apart: set[int] = frozenset(),
+              arms: np.ndarray | None = None) -> tuple[list, np.ndarray, np.ndarray]:
     """(the prompts to prefill, the shard of each, the prefilled prompt of each of the
     len(prompts)·n samples): each distinct prompt once per shard when `share`, else one
     copy per sample; the prompts in `apart` (with kept caches) each on their own."""
@@ -249,7 +311,8 @@ def _distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.nd
     index: dict[tuple, int] = {}
     unique, shard_of, which = [], [], []
     for i, (d, p) in enumerate(zip(prompt_shard, prompts, strict=True)):
-        key = (int(d), ("kept", i) if i in apart else tuple(p))
+        key = (int(d), -1 if arms is None else int(arms[i]),
+               ("kept", i) if i in apart else tuple(p))
         if key not in index:
             index[key] = len(unique)
             unique.append(list(p))

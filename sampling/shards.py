@@ -113,12 +113,15 @@ class Placement:
     """The device rows of n items (samples, tree nodes), each shard's in its block.
 
     place: [n] the device row of item i (items of a shard keep their order);
-    per:   rows per shard (`row_bucket` of the fullest shard), count · per rows in all.
+    per:   rows per shard (`row_bucket` of the fullest shard), count · per rows in all;
+    local: optional [n] the draw of item i (default i; several adapters in one call give
+           each arm's items the draws of a call of their own, `sampling.flat`).
     """
 
     place: np.ndarray
     per: int
     count: int
+    local: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -133,10 +136,10 @@ class Placement:
     def ids(self) -> np.ndarray | None:
         """[rows] each row's item index (0 on padding rows): `RowState.ids`; None with one
         shard, where rows are items in order."""
-        if self.count == 1:
+        if self.count == 1 and self.local is None:
             return None
         ids = np.zeros(self.rows, np.int32)
-        ids[self.place] = np.arange(len(self.place))
+        ids[self.place] = np.arange(len(self.place)) if self.local is None else self.local
         return ids
 
     def to_items(self, x: np.ndarray) -> np.ndarray:
