@@ -5,6 +5,10 @@ Every study starts from `configs/demo.py` (the `tiny` policy after its supervise
 warm start, two-number countdown, 16 prompts × 8 samples a step). The argument:
   tiny   100 RL steps, held-out eval every 20: minutes per run on a 2-core CPU
   (none) the demo's 300 steps, eval every 25
+and, after a comma, `lora`: RL on rank-16 adapters over the frozen warm start, as
+`configs/demo.py:lora` sets them, with the sampler applying them factored (the one
+form `launch.sweep --shared_base` can batch, so both ways run the same arithmetic):
+`losses.py:tiny,lora`.
 An arm is a dict of config overrides (`variant(name)`: exactly the keys an algorithm
 variant of configs/variants.py changes), so `launch.sweep --dry_run` prints complete
 commands. Each arm runs once per seed in SEEDS.
@@ -25,13 +29,27 @@ SCHEDULES = {"tiny": {"train.steps": 100, "train.eval_every": 20},
 TARGET = 0.5
 
 
+def schedule(arg: str | None) -> tuple[str, bool]:
+    """(the schedule, LoRA or not) of a study's argument `tiny`, `tiny,lora`, `lora` or
+    none; ValueError names a bad one."""
+    tokens = [t for t in (arg or "").split(",") if t]
+    lora = "lora" in tokens
+    rest = [t for t in tokens if t != "lora"]
+    name = rest[0] if len(rest) == 1 else ""
+    if len(rest) > 1 or name not in SCHEDULES or tokens.count("lora") > 1:
+        raise ValueError(f"unknown argument {arg!r}: use :tiny (CPU minutes per run) or "
+                         "none, optionally with ,lora")
+    return name, lora
+
+
 def get_config(arg: str | None = None):
-    """The demo config on the study's schedule (`tiny` or the demo's own)."""
-    arg = arg or ""
-    if arg not in SCHEDULES:
-        raise ValueError(f"unknown argument {arg!r}: use :tiny (CPU minutes per run) or none")
-    cfg = demo.get_config()
-    for key, value in SCHEDULES[arg].items():
+    """The demo config on the study's schedule (`tiny` or the demo's own), with LoRA
+    after `,lora`."""
+    name, lora = schedule(arg)
+    cfg = demo.get_config("lora" if lora else None)
+    if lora:
+        cfg.lora.sampler = "factored"
+    for key, value in SCHEDULES[name].items():
         section, name = key.split(".")
         cfg[section][name] = value
     cfg.train.plot = False  # the sweep plots every run's curves together

@@ -32,10 +32,10 @@ def get_sweep(arg: str | None = None):
     arms = []
     for name in ARMS:
         arm = {"name": name, **_study.variant(name)}
-        if arg == "tiny" and "rl.overlong.buffer" in arm:
+        if _study.schedule(arg)[0] == "tiny" and "rl.overlong.buffer" in arm:
             arm.update(TINY_OFF)
         arms.append(arm)
-        if arg == "tiny" and name == "dapo":
+        if _study.schedule(arg)[0] == "tiny" and name == "dapo":
             arms.append({"name": "dapo_overlong", **_study.variant("dapo")})
         if name == "nsr":  # the paper's required ablation: the band's gradient × keep_prob
             arms.append({**arm, "name": "nsr_decay", "rl.loss.mode": "decay"})

@@ -26,5 +26,5 @@ def get_sweep(arg: str | None = None):
     arms = [{"name": "uniform", **grpo}, {"name": "dynamic", **dynamic}]
     for name in ("dars", "dars_b", "bots"):
         arms.append({"name": name, **_study.variant(name),
-                     **(TINY.get(name, {}) if arg == "tiny" else {})})
+                     **(TINY.get(name, {}) if _study.schedule(arg)[0] == "tiny" else {})})
     return _study.runs(arms)
