@@ -3,6 +3,7 @@ r"""Ablation sweeps: `python -m launch.sweep --config=configs/paper/<x>.py[:arg]
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/losses
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/losses --parallel=2
     python -m launch.sweep --config=configs/paper/losses.py:tiny --workdir=runs/losses --dry_run
+    python -m launch.sweep --config=configs/paper/losses.py:tiny,lora --workdir=runs/l --shared_base
 
 The config file's `get_sweep(arg)` lists the runs (rl/sweeps/spec.py: a name, a
 group, config overrides; seeds are one more axis). Each run is
@@ -12,6 +13,14 @@ DIR/runs/<name>/train.log; `--parallel N` runs N at a time. A finished run
 (DIR/runs/<name>/DONE) is skipped, an interrupted one resumes from its
 checkpoints, so rerunning the same command after a crash or Ctrl-C reruns
 only what is unfinished.
+
+`--shared_base` (LoRA sweeps): the unfinished runs that differ only in what the learner
+reads (`rl.sweeps.ARM_KEYS`: loss, advantage, optimizer, dynamic sampling, minibatches)
+form a group, run as one `python -m launch.arms` process: N adapters over one frozen
+base, every sampler call serving all of them in one batch, each run still in its own
+DIR/runs/<name> with its own checkpoints (rl/train/arms.py; results equal the separate
+runs' to floating-point tolerance). A group's own output is DIR/groups/<group>.log
+(in --staging for a bucket); each run's wall time is its group's.
 
 What a sweep costs: runs with the same supervised warm start (same model, data, sft
 settings and seed) share one, trained once in DIR/warm_starts
@@ -66,24 +75,33 @@ _STAGING = flags.DEFINE_string("staging", None, "With a gs:// / s3:// --workdir:
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time.", lower_bound=1)
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print one launch command per unfinished run "
                              "and run nothing.")
+_SHARED_BASE = flags.DEFINE_bool(
+    "shared_base", False, "LoRA sweeps: runs that differ only in the learner's keys "
+    "(rl.sweeps.ARM_KEYS: loss, advantage, optimizer, dynamic sampling, minibatches) run "
+    "in one process per group (launch.arms), as adapters over one frozen base whose "
+    "sampler serves every arm in one batch.")
 _TARGET = flags.DEFINE_float("target", None, "Held-out accuracy target for the 'steps / "
                              "tokens / wall time to target' columns (default: the sweep "
                              "file's TARGET, else 0.5).")
 _STATUS_EVERY = 30.0  # seconds between progress lines while runs are going
-# what every run of a sweep gets unless it overrides it (the module docstring)
-SHARED_WARM_STARTS = "warm_starts"
-RUN_DEFAULTS = {"checkpoint.keep": 1}
 
 
 def command(path: str, arg: str, workdir: str, run: dict,
             python: str = sys.executable) -> list[str]:
     """The launch.train command line of one run."""
     spec = f"{path}:{arg}" if arg else path
-    settings = {**RUN_DEFAULTS, "sft.shared_dir": paths.join(workdir, SHARED_WARM_STARTS),
-                **sweeps.overrides(run)}
     return [python, "-m", "launch.train", f"--config={spec}",
             f"--workdir={sweeps.run_dir(workdir, run)}",
-            *[f"--config.{k}={sweeps.flag_value(v)}" for k, v in settings.items()]]
+            *[f"--config.{k}={sweeps.flag_value(v)}"
+              for k, v in sweeps.settings(workdir, run).items()]]
+
+
+def arms_command(path: str, arg: str, workdir: str, runs: list[dict], logs: str,
+                 python: str = sys.executable) -> list[str]:
+    """The launch.arms command line of a group of runs sharing one base."""
+    spec = f"{path}:{arg}" if arg else path
+    return [python, "-m", "launch.arms", f"--sweep={spec}", f"--workdir={workdir}",
+            f"--runs={','.join(r['name'] for r in runs)}", f"--logs={logs}"]
 
 
 def done(workdir: str, run: dict) -> bool:
@@ -158,10 +176,16 @@ def _load():
 class Sweeper:
     """Runs a sweep's unfinished runs `parallel` at a time and keeps its summary current."""
 
-    def __init__(self, sweep, workdir: str, target: float, parallel: int, staging: str = ""):
+    def __init__(self, sweep, workdir: str, target: float, parallel: int, staging: str = "",
+                 shared_base: bool = False):
         self.sweep, self.workdir, self.target = sweep, workdir, target
         self.staging = staging or workdir  # where the runs' train.log are written
         self.todo = [run for run in sweep.runs if not done(workdir, run)]
+        # a job is one process: a run (launch.train) or a group sharing a base (launch.arms)
+        self.jobs = ([{"name": f"group-{group[0]['name']}", "runs": group, "shared": True}
+                      for group in sweeps.shared_base_groups(self.todo)] if shared_base else
+                     [{"name": run["name"], "runs": [run], "shared": False}
+                      for run in self.todo])
         self.pool, self.failed, self.finished = Pool(parallel), [], 0
         self.start = time.perf_counter()
 
@@ -188,8 +212,9 @@ class Sweeper:
         del frame
         print(f"\nstopping: {signal.Signals(signum).name}; the running runs checkpoint "
               "(rerun the same command to resume)", file=sys.stderr, flush=True)
-        for run, seconds in self.pool.stop(signal.SIGTERM):
-            self.record_wall(run, seconds)
+        for job, seconds in self.pool.stop(signal.SIGTERM):
+            for run in job["runs"]:
+                self.record_wall(run, seconds)
         self.record_sweep_wall()
         sys.exit(130 if signum == signal.SIGINT else 143)
 
@@ -197,41 +222,58 @@ class Sweeper:
         sweeps.add_wall(paths.join(self.workdir, sweeps.SWEEP_WALL_FILE),
                         time.perf_counter() - self.start, "invocations")
 
-    def launch(self, run: dict) -> None:
-        log = self.log_path(run)
-        os.makedirs(os.path.dirname(log), exist_ok=True)
-        remote_log = paths.join(sweeps.run_dir(self.workdir, run), "train.log")
-        if self.staging != self.workdir and not os.path.exists(log) and paths.exists(remote_log):
-            paths.copy_file(remote_log, log)  # an earlier attempt's, appended to
-        self.pool.start(command(self.sweep.path, self.sweep.arg, self.workdir, run), run, log)
-        print(f"[{self.finished + len(self.pool.running)}/{len(self.todo)}] {run['name']}: "
-              "started", flush=True)
+    def launch(self, job: dict) -> None:
+        for run in job["runs"]:
+            log = self.log_path(run)
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            remote_log = paths.join(sweeps.run_dir(self.workdir, run), "train.log")
+            if (self.staging != self.workdir and not os.path.exists(log)
+                    and paths.exists(remote_log)):
+                paths.copy_file(remote_log, log)  # an earlier attempt's, appended to
+        names = ", ".join(r["name"] for r in job["runs"])
+        if job["shared"]:  # the group's own output (warm start, errors) in groups/
+            log = os.path.join(self.staging, "groups", f"{job['name']}.log")
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            cmd = arms_command(self.sweep.path, self.sweep.arg, self.workdir, job["runs"],
+                               self.staging)
+            names = f"{len(job['runs'])} runs over one base ({names}); log {log}"
+        else:
+            cmd = command(self.sweep.path, self.sweep.arg, self.workdir, job["runs"][0])
+        self.pool.start(cmd, job, log)
+        started = self.finished + sum(len(j["runs"]) for _, j, *_ in self.pool.running.values())
+        print(f"[{started}/{len(self.todo)}] {names}: started", flush=True)
 
     def collect(self) -> None:
-        for run, code, seconds in self.pool.finished():
-            self.finished += 1
-            self.record_wall(run, seconds)
-            directory = sweeps.run_dir(self.workdir, run)
-            where = f"[{self.finished}/{len(self.todo)}] {run['name']}"
-            if code == 0:
-                paths.write_text(paths.join(directory, "DONE"), "")
-                print(f"{where}: done in {seconds:.0f}s", flush=True)
-                self.summarize()
-            else:
-                self.failed.append(run["name"])
-                print(f"{where}: FAILED (exit {code}); see "
-                      f"{paths.join(directory, 'train.log')}", flush=True)
+        for job, code, seconds in self.pool.finished():
+            for run in job["runs"]:
+                self.finished += 1
+                self.record_wall(run, seconds)
+                directory = sweeps.run_dir(self.workdir, run)
+                where = f"[{self.finished}/{len(self.todo)}] {run['name']}"
+                if code == 0 and not job["shared"]:
+                    paths.write_text(paths.join(directory, "DONE"), "")
+                if done(self.workdir, run):  # a group's finished runs: written by launch.arms
+                    print(f"{where}: done in {seconds:.0f}s", flush=True)
+                    self.summarize()
+                else:
+                    self.failed.append(run["name"])
+                    logs_ = [paths.join(directory, "train.log")] + (
+                        [os.path.join(self.staging, "groups", f"{job['name']}.log")]
+                        if job["shared"] else [])
+                    print(f"{where}: FAILED (exit {code}); see {' and '.join(logs_)}",
+                          flush=True)
 
     def run(self) -> None:
-        queue, last_status = list(self.todo), time.perf_counter()
+        queue, last_status = list(self.jobs), time.perf_counter()
         while queue or self.pool.running:
             while queue and len(self.pool.running) < self.pool.size:
                 self.launch(queue.pop(0))
             self.collect()
             if self.pool.running and time.perf_counter() - last_status >= _STATUS_EVERY:
                 last_status = time.perf_counter()
-                print("  running: " + ", ".join(progress(self.workdir, r) for _, r, *_ in
-                                                self.pool.running.values()), flush=True)
+                print("  running: " + ", ".join(
+                    progress(self.workdir, r) for _, job, *_ in self.pool.running.values()
+                    for r in job["runs"]), flush=True)
             time.sleep(0.2)
         self.record_sweep_wall()
 
@@ -241,16 +283,23 @@ def main(argv):
     sweep, target = _load()
     workdir = _WORKDIR.value
     if _DRY_RUN.value:
-        for run in Sweeper(sweep, workdir, target, _PARALLEL.value).todo:
-            print(shlex.join(command(sweep.path, sweep.arg, workdir, run, python="python")))
+        for job in Sweeper(sweep, workdir, target, _PARALLEL.value,
+                           shared_base=_SHARED_BASE.value).jobs:
+            print(shlex.join(
+                arms_command(sweep.path, sweep.arg, workdir, job["runs"], workdir, "python")
+                if job["shared"] else
+                command(sweep.path, sweep.arg, workdir, job["runs"][0], python="python")))
         return
     if not paths.is_remote(workdir):
-        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value))
+        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value,
+                         shared_base=_SHARED_BASE.value))
     elif _STAGING.value:
-        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, _STAGING.value))
+        sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, _STAGING.value,
+                         _SHARED_BASE.value))
     else:
         with tempfile.TemporaryDirectory(prefix="sweep.") as staging:
-            sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, staging))
+            sweep_in(Sweeper(sweep, workdir, target, _PARALLEL.value, staging,
+                             _SHARED_BASE.value))
 
 
 def sweep_in(sweeper: Sweeper) -> None:
@@ -258,8 +307,11 @@ def sweep_in(sweeper: Sweeper) -> None:
     workdir, runs = sweeper.workdir, sweeper.sweep.runs
     paths.makedirs(paths.join(workdir, "runs"))
     logs_at = os.path.join(sweeper.staging, "runs", "<name>", "train.log")
+    shared = (f" in {len(sweeper.jobs)} groups over shared bases" if _SHARED_BASE.value
+              else "")
     print(f"sweep {_CONFIG.value}: {len(runs)} runs, {len(runs) - len(sweeper.todo)} finished "
-          f"(skipped), {len(sweeper.todo)} to run, {_PARALLEL.value} at a time; logs in "
+          f"(skipped), {len(sweeper.todo)} to run{shared}, {_PARALLEL.value} at a time; "
+          "logs in "
           f"{logs_at}" + (f" (uploaded to {paths.join(workdir, 'runs', '<name>', 'train.log')}"
                           " as each run ends)" if sweeper.staging != workdir else ""),
           flush=True)

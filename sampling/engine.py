@@ -249,7 +249,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     pools = shards_lib.constrain_pool(pools, shards)
     tails = shards_lib.constrain_pool(tails, shards)
     body = _decode_body(models_, decoders, pools, attend_for, pick,
-                        jax.random.fold_in(rng, call),
+                        processors.fold_in(rng, call),
                         jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32), pad,
                         state.positions, state.ids, before, sharding, shards)
     limit = jnp.minimum(jnp.int32(steps), limit)
@@ -326,7 +326,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
         active = ~done
         logits = tuple(head_logits(head, hidden)
                        for (_, head), hidden in zip(decoders, hiddens, strict=True))
-        token, logp, raw, values, extra = pick(logits, jax.random.fold_in(call_rng, i), extra,
+        token, logp, raw, values, extra = pick(logits, processors.fold_in(call_rng, i), extra,
                                                active, ids)
         out = dataclasses.replace(
             out, tokens=_set_column(out.tokens, token, i, active, pad),

@@ -26,16 +26,14 @@ shorter budget).
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Callable
 
 import jax
 import numpy as np
 
-from models import lora
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
+from sampling import arms as arms_lib
 from sampling import engine, row_kv
 from sampling import shards as shards_lib
 from sampling.kv_cache import cache_bytes
@@ -77,18 +75,20 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     (`models.lora.stack`) and prompt i's samples run adapter `arms[i]`, all in one batch;
     the samples of an arm draw the random numbers they would draw in a call of their
     own (their index among the arm's samples), and identical prompts of two arms do not
-    share pages.
+    share pages. With `arms`, `rng` may be keys [K], arm k drawing from key k, so every
+    arm samples exactly what a call of its own with its key samples.
     """
     sp = sampling_params
+    keyed = arms_lib.keyed(rng, arms)
     stop_ids = engine.stop_token_ids(config, sp)
 
     def prefill(num_pages, layout, rows, arms=None):
-        return engine.prefill_layout(config, _rows_of(params, arms), num_pages, layout, rows,
-                                     sharding)
+        return engine.prefill_layout(config, arms_lib.rows_of(params, arms), num_pages,
+                                     layout, rows, sharding)
 
     def decode(cache, state, seg, limit, steps, arms=None):
-        return engine.decode(config, _rows_of(params, arms), cache, state, rng, seg, limit, sp,
-                             steps, stop_ids, attention, sharding)
+        return engine.decode(config, arms_lib.rows_of(params, arms), cache, state, rng, seg,
+                             limit, sp, steps, stop_ids, attention, sharding)
 
     keep = None
     if resume or keep_partial:
@@ -98,13 +98,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                              segment_len=segment_len, share_prompts=share_prompts,
                              stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
                              shards=shards_lib.of(sharding).count, resume=resume, keep=keep,
-                             arms=arms)
+                             arms=arms, keyed=keyed)
     return rollouts
-
-
-def _rows_of(params: dict, arms: np.ndarray | None) -> dict:
-    """`params` whose stacked LoRA adapters run `arms[i]` on batch row i (`arms` given)."""
-    return params if arms is None else lora.select(params, arms)
 
 
 def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,
@@ -114,7 +109,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                max_new_tokens_per_row: np.ndarray | None = None,
                shards: int = 1, resume: dict | None = None,
                keep: tuple[Callable, Callable] | None = None,
-               arms: np.ndarray | None = None) -> tuple[Rollouts, dict]:
+               arms: np.ndarray | None = None, keyed: bool = False
+               ) -> tuple[Rollouts, dict]:
     """The host side of `generate` for one or more models decoding side by side.
 
     `prefill(num_pages, layout, rows) -> (hidden, carry)` fills the models'
@@ -140,7 +136,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     prompts' kept caches in place of a prefill, and the unfinished rows' caches come back
     as `Rollouts.kv` (take).
 
-    `arms` [len(prompts)] (adapters in one batch, `generate`): the callables get `arms=`.
+    `arms` [len(prompts)] (adapters in one batch, `generate`): the callables get `arms=`;
+    `keyed`: their rng is keys [K], one per arm (`sampling.arms.with_arms`).
     """
     check_layout(n, page_size, segment_len)
     config = configs[0]
@@ -149,7 +146,7 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     r = len(prompts) * n
     prompt_shard = shards_lib.assign([n] * len(prompts), shards)
     rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
-    arms = arms if arms is None else _check_arms(arms, len(prompts))
+    arms = arms if arms is None else arms_lib.check(arms, len(prompts))
     unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard,
                                                     set(resume), arms)
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
@@ -159,8 +156,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     pools, layout, source = shard_layout(unique, unique_shard, sample_source, rows, page_size,
                                          gen_pages, config.pad_token_id or 0)
     if arms is not None:
-        prefill, decode, rows = _with_arms(prefill, decode, rows, layout, sample_source,
-                                           np.repeat(arms, n))
+        prefill, decode, rows = arms_lib.with_arms(prefill, decode, rows, layout,
+                                                   sample_source, np.repeat(arms, n), keyed)
     hidden, carry = _prefill(prefill, keep, pools, layout, source, sample_source, rows,
                              unique_shard, prompts, resume)
     _hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
@@ -204,18 +201,6 @@ def _hand_over_prompt_pages(pools: list[PagePool], layout, source: np.ndarray,
         pools[row // rows.per].retain(layout.tables[source[row]])
     for i, table in enumerate(layout.tables[layout.rows]):
         pools[unique_shard[i]].release(table)
-
-
-def _with_arms(prefill: Callable, decode: Callable, rows: shards_lib.Placement, layout,
-               sample_source: np.ndarray, sample_arm: np.ndarray):
-    """`prefill` and `decode` given each prefill row's and each device row's arm, and
-    `rows` drawing each sample's number among its arm's (`run_groups`' `arms`)."""
-    prefill_arm = np.zeros(len(layout.tables), np.int32)
-    prefill_arm[layout.rows[sample_source]] = sample_arm
-    row_arm = np.zeros(rows.rows, np.int32)
-    row_arm[rows.place] = sample_arm
-    return (functools.partial(prefill, arms=prefill_arm), functools.partial(decode, arms=row_arm),
-            dataclasses.replace(rows, local=_local_ids(sample_arm)))
 
 
 def _check_resume(resume: dict | None, n: int, keep) -> dict:
@@ -278,24 +263,6 @@ def shard_layout(unique: list[list[int]], unique_shard: np.ndarray, sample_sourc
     source = np.arange(rows.rows) // rows.per * (len(layout.tables) // count)
     source[rows.place] = layout.rows[sample_source]
     return pools, layout, source
-
-
-def _check_arms(arms, num_prompts: int) -> np.ndarray:
-    arms = np.asarray(arms)
-    if arms.shape != (num_prompts,) or not np.issubdtype(arms.dtype, np.integer) or (
-            arms.size and arms.min() < 0):
-        raise ValueError(f"arms must be [{num_prompts}] ints >= 0 (one per prompt), got "
-                         f"shape {arms.shape} {arms.dtype}")
-    return arms.astype(np.int32)
-
-
-def _local_ids(sample_arm: np.ndarray) -> np.ndarray:
-    """[samples] each sample's index among its arm's samples (the draw it makes alone)."""
-    local = np.zeros(len(sample_arm), np.int32)
-    for arm in np.unique(sample_arm):
-        which = np.flatnonzero(sample_arm == arm)
-        local[which] = np.arange(len(which))
-    return local
 
 
 def _distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.ndarray,

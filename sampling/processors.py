@@ -70,6 +70,13 @@ def _greedy_logprobs(logits: jax.Array) -> jax.Array:
     return jnp.where(hit, jnp.float32(0.0), jnp.float32(-jnp.inf))
 
 
+def fold_in(rng: jax.Array, data) -> jax.Array:
+    """`jax.random.fold_in` of a key, or of each of keys [K] (`sample`'s rng)."""
+    if rng.shape:
+        return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, data)
+    return jax.random.fold_in(rng, data)
+
+
 def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array, ids: jax.Array | None = None
                       ) -> jax.Array:
     """One token per row of log-probs [S, V]: the first index whose cumulative
@@ -81,7 +88,12 @@ def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array, ids: jax.Array | None = N
     entry plus an argmax: ~3x faster per decode step on XLA:CPU.
     """
     cdf = jnp.cumsum(jnp.exp(logp), axis=-1)
-    u = 1.0 - jax.random.uniform(rng, logp.shape[:-1] + (1,), jnp.float32)  # (0, 1]
+    shape = logp.shape[:-1] + (1,)
+    if rng.shape:  # keys [K]: key k's numbers are rows k·S .. k·S + S - 1 of one list
+        u = jax.vmap(lambda key: jax.random.uniform(key, shape, jnp.float32))(rng)
+        u = 1.0 - u.reshape((-1, 1))
+    else:
+        u = 1.0 - jax.random.uniform(rng, shape, jnp.float32)  # (0, 1]
     if ids is not None:  # row s draws the number of row ids[s] (prefix-stable: see `sample`)
         u = u[ids]
     return jnp.sum(cdf < u * cdf[..., -1:], axis=-1, dtype=jnp.int32)
@@ -106,7 +118,9 @@ def sample(logits: jax.Array, rng: jax.Array, params: SamplingParams,
 
     Args:
       logits: [S, V] (any float dtype; computed in fp32).
-      rng: a PRNG key; rows draw independently from it.
+      rng: a PRNG key; rows draw independently from it. Or keys [K] (several
+        callers' draws in one batch, `sampling.generate(..., arms=)`): then `ids`
+        is required and row s draws number ids[s] % S of key ids[s] // S.
       params: static `SamplingParams`.
       ids: optional [S] int32 in [0, S): row s draws the random number of row
         ids[s] (a row placed elsewhere than its one-device index, `sampling.shards`).

@@ -13,6 +13,9 @@ from rl.sweeps.results import (
     summarize,
 )
 from rl.sweeps.spec import (
+    ARM_KEYS,
+    RUN_DEFAULTS,
+    SHARED_WARM_STARTS,
     Sweep,
     SweepError,
     check,
@@ -21,8 +24,10 @@ from rl.sweeps.spec import (
     load,
     overrides,
     run_dir,
+    settings,
+    shared_base_groups,
 )
 
-__all__ = ["DETERMINISTIC", "SWEEP_WALL_FILE", "Sweep", "SweepError", "TIMING", "WALL_FILE",
+__all__ = ["ARM_KEYS", "DETERMINISTIC", "RUN_DEFAULTS", "SHARED_WARM_STARTS", "SWEEP_WALL_FILE", "Sweep", "SweepError", "TIMING", "WALL_FILE",
            "add_wall", "check", "check_keys", "flag_value", "load", "overrides", "plot_curves",
-           "read_wall", "run_dir", "run_numbers", "summarize"]
+           "read_wall", "run_dir", "run_numbers", "settings", "shared_base_groups", "summarize"]

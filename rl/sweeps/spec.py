@@ -102,6 +102,38 @@ def overrides(run: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in run.items() if k not in RESERVED}
 
 
+# what every run of a sweep gets unless it overrides it (launch.sweep's docstring)
+SHARED_WARM_STARTS = "warm_starts"
+RUN_DEFAULTS = {"checkpoint.keep": 1}
+# the keys only the learner reads: runs that differ in nothing else share one frozen base
+# and one sampler batch under `launch.sweep --shared_base` (rl.train.arms)
+ARM_KEYS = ("rl.", "optim.", "train.minibatches", "train.epochs", "train.dynamic_sampling",
+            "train.dynamic_max_rounds", "train.old_logp")
+
+
+def settings(workdir: str, run: Mapping[str, Any]) -> dict[str, Any]:
+    """Every config override of `run` in sweep `workdir`: the sweep's defaults (a shared
+    warm start, one kept checkpoint), then the run's own."""
+    return {**RUN_DEFAULTS, "sft.shared_dir": paths.join(workdir, SHARED_WARM_STARTS),
+            **overrides(run)}
+
+
+def is_arm_key(key: str) -> bool:
+    """Whether config key `key` is one only the learner reads (`ARM_KEYS`)."""
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in ARM_KEYS)
+
+
+def shared_base_groups(runs: Sequence[Mapping[str, Any]]) -> list[list[dict]]:
+    """The runs split into groups that differ only in `ARM_KEYS` (same model, seed, data,
+    warm start, sampler: one frozen base), in the order their first runs come."""
+    out: dict[tuple, list[dict]] = {}
+    for run in runs:
+        key = tuple(sorted((k, repr(v)) for k, v in overrides(run).items()
+                           if not is_arm_key(k)))
+        out.setdefault(key, []).append(dict(run))
+    return list(out.values())
+
+
 def flag_value(value: Any) -> str:
     """A config override's value as `--config.key=VALUE` text that ml_collections parses
     back to the same value."""

@@ -197,11 +197,15 @@ class Frozen:
         """(the params the sampler runs, the checksum [] of the adapters they hold), from
         `adapters` over `base` (default the learner's) on `mesh` (default the learner's)."""
         base = self.base if base is None else base
-        mark = self._checksum(adapters)
+        mark = self.mark(adapters)
         if self.settings.sampler == "merge":
             merge = self._merge(self.mesh if mesh is None else mesh)
             return merge(base, adapters=adapters), mark
         return lora_lib.attach(base, adapters, self.lora), mark
+
+    def mark(self, adapters: dict) -> jax.Array:
+        """`adapters`' checksum [] on the device (what a sampler copy is marked with)."""
+        return self._checksum(adapters)
 
     def merged(self, adapters: dict) -> dict:
         """Plain params: the base dequantized plus every adapter (what an export holds)."""

@@ -69,13 +69,16 @@ def in_memory(tree: Any, kind: str) -> Any:
 
 
 class Trainer(LogProbStreams):
-    def __init__(self, run: Run, params: Any, workdir: str, *, stream=None):
+    def __init__(self, run: Run, params: Any, workdir: str, *, stream=None,
+                 frozen: adapters.Frozen | None = None):
         cfg = run.cfg
         self.run_, self.cfg, self.workdir = run, cfg, workdir
         self.alg = run.algorithm
-        # lora.rank >= 1: the base is frozen (quantized), the state's params are adapters
-        self.frozen = (adapters.Frozen(run.lora, run.model_config, params, run.mesh, run.rules)
-                       if run.lora is not None else None)
+        # lora.rank >= 1: the base is frozen (quantized), the state's params are adapters;
+        # `frozen`: one built already, shared with other trainers (rl.train.arms)
+        if frozen is None and run.lora is not None:
+            frozen = adapters.Frozen(run.lora, run.model_config, params, run.mesh, run.rules)
+        self.frozen = frozen
         self.learner = build.learner_for(run, self.frozen.base if self.frozen else None)
         if self.frozen is not None:  # the reference is the base, adapter off: no copy
             self.ref_params = self.frozen.base if self.alg.needs_reference else None

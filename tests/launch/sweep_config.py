@@ -5,6 +5,9 @@
 
 `:sft`: each run starts from a 2-step supervised warm start, the same for both runs:
 trained once in DIR/warm_starts (sft.shared_dir), loaded by the other run.
+`:lora` (tests/launch/test_arms.py): rank-4 adapters over that warm start, three arms
+that differ only in the learner's keys (one of them with dynamic sampling, whose extra
+rounds make its sampler keys part ways with the others'), one seed.
 """
 
 import configs
@@ -17,7 +20,7 @@ METRICS = ("learner/entropy", "frac_reward_zero_std")  # results.md's second tab
 
 def get_config(arg: str | None = None):
     cfg = very_small(base.build("tiny"))
-    if arg == "sft":
+    if arg in ("sft", "lora"):
         cfg.train.warm_start = "sft"
         cfg.sft.steps, cfg.sft.batch_size, cfg.sft.eval_every = 2, 8, 0
     cfg.train.steps, cfg.train.eval_every = 2, 1
@@ -27,11 +30,20 @@ def get_config(arg: str | None = None):
     cfg.eval.batch_prompts = 8
     cfg.checkpoint.every = 1
     cfg.checkpoint.asynchronous = False  # a checkpoint is on disk when its step is logged
+    if arg == "lora":
+        cfg.lora.rank, cfg.lora.sampler, cfg.optim.lr = 4, "factored", 3e-3
+        cfg.train.steps = 3
     cfg.lock()
     return cfg
 
 
 def get_sweep(arg: str | None = None):
-    del arg
+    if arg == "lora":
+        return configs.with_seeds([
+            {"name": "grpo"},
+            {"name": "dr_grpo", "rl.advantage.name": "dr_grpo", "optim.lr": 1e-3},
+            {"name": "dynamic", "train.dynamic_sampling": True, "rl.loss.eps_high": 0.28,
+             "train.minibatches": 2}],
+            seeds=[7])
     return configs.with_seeds([{"name": "slow", "optim.lr": 1e-4},
                               {"name": "fast", "optim.lr": 3e-3}], seeds=[7])

@@ -59,6 +59,34 @@ def test_arms_in_one_batch_sample_what_each_samples_alone():
     assert both.stats["prefill_tokens"] == 3 * sum(map(len, prompts))
 
 
+def test_arms_with_keys_of_their_own_sample_what_each_samples_alone():
+    """A sweep's arms draw from keys of their own (their seeds and sampling rounds
+    differ): rng [K] gives arm k key k."""
+    rng = np.random.RandomState(1)
+    prompts = [list(rng.randint(1, CONFIG.vocab_size, rng.randint(3, 12))) for _ in range(5)]
+    sp = sampling.SamplingParams(temperature=1.0, max_new_tokens=10)
+    keys = jax.random.split(jax.random.key(7), 3)
+    arms = np.array([1, 0, 2, 0, 1])  # interleaved, as the arms' calls come in
+    both = sampling.generate(CONFIG, STACKED, prompts, 3, sp, keys, arms=arms, page_size=4,
+                             segment_len=4)
+    for arm in range(3):
+        mine = np.flatnonzero(arms == arm)
+        alone = sampling.generate(CONFIG, lora.attach(PARAMS, ADAPTERS[arm], LORA),
+                                  [prompts[i] for i in mine], 3, sp, keys[arm], page_size=4,
+                                  segment_len=4)
+        part = np.concatenate([np.arange(3 * i, 3 * i + 3) for i in mine])
+        np.testing.assert_array_equal(np.asarray(both.tokens)[part], np.asarray(alone.tokens))
+        # as above: fp32 rounding of a larger batch
+        np.testing.assert_allclose(np.asarray(both.logprobs)[part],
+                                   np.asarray(alone.logprobs), atol=1e-4)
+    # one key for every arm draws other tokens: the keys are used
+    shared = sampling.generate(CONFIG, STACKED, prompts, 3, sp, keys[0], arms=arms,
+                               page_size=4, segment_len=4)
+    assert (np.asarray(shared.tokens) != np.asarray(both.tokens)).any()
+    with pytest.raises(ValueError, match="one key per adapter"):
+        sampling.generate(CONFIG, STACKED, prompts, 3, sp, keys[:2], arms=arms)
+
+
 def test_bad_arms_fail_with_one_line():
     sp = sampling.SamplingParams(temperature=1.0, max_new_tokens=4)
     with pytest.raises(ValueError, match="arms must be \\[2\\] ints >= 0"):
