@@ -21,6 +21,7 @@ from rl.sweeps.spec import (
     check,
     check_keys,
     flag_value,
+    is_arm_key,
     load,
     overrides,
     run_dir,
@@ -29,5 +30,5 @@ from rl.sweeps.spec import (
 )
 
 __all__ = ["ARM_KEYS", "DETERMINISTIC", "RUN_DEFAULTS", "SHARED_WARM_STARTS", "SWEEP_WALL_FILE", "Sweep", "SweepError", "TIMING", "WALL_FILE",
-           "add_wall", "check", "check_keys", "flag_value", "load", "overrides", "plot_curves",
+           "add_wall", "check", "check_keys", "flag_value", "is_arm_key", "load", "overrides", "plot_curves",
            "read_wall", "run_dir", "run_numbers", "settings", "shared_base_groups", "summarize"]

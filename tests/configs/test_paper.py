@@ -64,3 +64,29 @@ def test_nsr_decay_differs_from_nsr_in_the_mode_alone():
 def test_a_bad_study_argument_is_named():
     with pytest.raises(ValueError, match="unknown argument 'huge'"):
         _study.get_config("huge")
+    for bad in ("tiny,tiny", "lora,lora", "tiny,huge"):
+        with pytest.raises(ValueError, match="unknown argument"):
+            _study.get_config(bad)
+
+
+def test_lora_studies_train_adapters_and_share_one_base_per_seed():
+    spec = os.path.join(ROOT, "configs", "paper", "losses.py:tiny,lora")
+    config = load_config_file(spec)
+    # demo.py:lora's adapters, the sampler factored (the one form a shared batch runs)
+    assert (config.lora.rank, config.lora.sampler) == (16, "factored")
+    assert config.optim.lr == demo.LORA_LR and config.train.steps == 100
+    runs = sweeps.load(spec).runs
+    assert len(runs) == 30  # the same arms as :tiny (dapo_overlong included)
+    groups = sweeps.shared_base_groups(runs)
+    # the seed also sets the warm start: one base per seed, every arm of the seed on it
+    assert sorted(len(g) for g in groups) == [10, 10, 10]
+    assert all(len({r["seed"] for r in g}) == 1 for g in groups)
+
+
+@pytest.mark.parametrize("key,learner", [
+    ("rl.loss.name", True), ("optim.lr", True), ("train.dynamic_sampling", True),
+    ("train.minibatches", True), ("seed", False), ("train.steps", False),
+    ("rollout.mode", False), ("lora.rank", False), ("sampling.n", False),
+    ("train.minibatches_x", False)])
+def test_only_learner_keys_may_differ_within_a_shared_base_group(key, learner):
+    assert sweeps.is_arm_key(key) is learner
