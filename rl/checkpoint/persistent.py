@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -67,6 +68,19 @@ from rl.checkpoint.trees import (  # noqa: F401  (re-exported: the format's piec
 )
 
 FORMAT = 2  # 2: host arrays in their own item (format 1 had none)
+# Orbax is not safe for several CheckpointManagers writing at once from threads of one
+# process: concurrent saves (one per arm of `rl.train.arms`) collided on their temporary
+# directories and timed out in its futures. Every manager call holds this lock, and in
+# `serial_writes` mode every save also finishes before the lock is released.
+_ORBAX = threading.RLock()
+_SERIAL = {"on": False}
+
+
+def serial_writes() -> None:
+    """From now on, this process's checkpoints are written one at a time, each save
+    complete on disk when it returns (the arms of one process, `rl.train.arms`)."""
+    _SERIAL["on"] = True
+
 READABLE_FORMATS = (1, 2)
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"  # a finished step on object storage (no renames there)
@@ -121,16 +135,19 @@ class Checkpoints:
         self.run_config = config_dict(run_config) if run_config is not None else self.config
         self.stream = stream or sys.stderr
         self.incomplete = incomplete_steps(self.directory)  # before Orbax cleans them up
-        self.manager = ocp.CheckpointManager(
-            self.directory, item_names=("params", "state", "host_arrays", "meta"),
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, enable_async_checkpointing=asynchronous,
-                create=not read_only, read_only=read_only,
-                cleanup_tmp_directories=not read_only))
+        with _ORBAX:
+            self.manager = ocp.CheckpointManager(
+                self.directory, item_names=("params", "state", "host_arrays", "meta"),
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep,
+                    enable_async_checkpointing=asynchronous and not _SERIAL["on"],
+                    create=not read_only, read_only=read_only,
+                    cleanup_tmp_directories=not read_only))
         self.last_save_blocking_s = 0.0
 
     def steps(self) -> list[int]:
-        return sorted(self.manager.all_steps())
+        with _ORBAX:
+            return sorted(self.manager.all_steps())
 
     def path(self, step: int) -> str:
         return paths.join(self.directory, str(step))
@@ -153,9 +170,9 @@ class Checkpoints:
                  "meta": args.JsonSave(meta)}
         if arrays:  # Orbax refuses an empty item
             items["host_arrays"] = args.StandardSave(arrays)
-        with self._writing(f"step {step}"):
+        with self._writing(f"step {step}"), _ORBAX:
             self.manager.save(step, force=True, args=args.Composite(**items))
-            if wait:
+            if wait or _SERIAL["on"]:
                 self.manager.wait_until_finished()
         self.last_save_blocking_s = time.perf_counter() - start
 
@@ -188,8 +205,9 @@ class Checkpoints:
                              + (f" ({size_text(free)} free)" if free is not None else "")) from e
 
     def meta(self, step: int) -> dict:
-        return self.manager.restore(step, args=self.ocp.args.Composite(
-            meta=self.ocp.args.JsonRestore()))["meta"]
+        with _ORBAX:
+            return self.manager.restore(step, args=self.ocp.args.Composite(
+                meta=self.ocp.args.JsonRestore()))["meta"]
 
     def latest_meta(self) -> dict | None:
         """The meta of the newest step whose meta reads (no arrays are loaded)."""
@@ -214,7 +232,8 @@ class Checkpoints:
                  "state": args.StandardRestore(rest)}
         if sums.get("host_arrays"):
             items["host_arrays"] = args.StandardRestore()
-        out = self.manager.restore(step, args=args.Composite(**items))
+        with _ORBAX:
+            out = self.manager.restore(step, args=args.Composite(**items))
         arrays = {k: np.asarray(v) for k, v in dict(out.get("host_arrays") or {}).items()}
         if (checksums(out["params"]) != sums["params"]
                 or checksums(dict(out["state"])) != sums["state"]
@@ -243,7 +262,8 @@ class Checkpoints:
                           + (f"trying step {older[-1]}" if older else "no older checkpoint"))
                 continue
             for bad in damaged:  # the run will write these steps again
-                self.manager.delete(bad)
+                with _ORBAX:
+                    self.manager.delete(bad)
                 self.warn(f"deleted the damaged checkpoint {self.path(bad)}")
             return step, state, host
         if damaged:
@@ -257,15 +277,16 @@ class Checkpoints:
         print(f"warning: {text}", file=self.stream, flush=True)
 
     def wait(self) -> None:
-        with self._writing("(background write)"):
+        with self._writing("(background write)"), _ORBAX:
             self.manager.wait_until_finished()
 
     def close(self) -> None:
         try:
-            with self._writing("(background write)"):
+            with self._writing("(background write)"), _ORBAX:
                 self.manager.wait_until_finished()
         finally:
-            self.manager.close()
+            with _ORBAX:
+                self.manager.close()
 
 
 def incomplete_steps(directory: str) -> list[str]:

@@ -20,7 +20,9 @@ The results equal the separate runs' to floating-point tolerance:
 - what differs is the batch shape: an arm's log-probs are sums over rows of a larger
   batch (~5e-6 apart), so over many steps a near tie can draw another token.
 Each arm keeps its own workdir, logs, checkpoints and exports, exactly as a separate
-run; the sampler's batch stats (`sampler/*`) describe the shared call.
+run. Its checkpoints are written one at a time and synchronously
+(`rl.checkpoint.persistent.serial_writes`): Orbax's managers collide when several
+threads save at once.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 import sampling
 from models import lora as lora_lib
 from models import multihost
+from rl.checkpoint import persistent
 from rl.train import adapters
 from rl.train.build import Run
 from rl.train.trainer import Trainer
@@ -189,6 +192,8 @@ def run_group(runs: list[Run], workdirs: list[str], frozen: adapters.Frozen,
     """Trains every arm (thread i: `runs[i]` in `workdirs[i]`, its console on
     `streams[i]`) over `frozen`; returns each arm's `Trainer.run()` summary, or the
     exception that stopped it (the others go on)."""
+    # Orbax's managers may not write at once from several threads (rl.checkpoint.persistent)
+    persistent.serial_writes()
     batcher = Batcher(frozen, len(runs))
     trainers = [ArmTrainer(run, workdir, frozen, batcher, i, stream=stream)
                 for i, (run, workdir, stream) in enumerate(zip(runs, workdirs, streams,

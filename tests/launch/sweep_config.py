@@ -6,8 +6,8 @@
 `:sft`: each run starts from a 2-step supervised warm start, the same for both runs:
 trained once in DIR/warm_starts (sft.shared_dir), loaded by the other run.
 `:lora` (tests/launch/test_arms.py): rank-4 adapters over that warm start, three arms
-that differ only in the learner's keys (one of them with dynamic sampling, whose extra
-rounds make its sampler keys part ways with the others'), one seed.
+that differ only in the learner's keys (one of them with dynamic sampling, which makes
+extra sampler calls), one seed, asynchronous checkpoints every step.
 """
 
 import configs
@@ -33,6 +33,8 @@ def get_config(arg: str | None = None):
     if arg == "lora":
         cfg.lora.rank, cfg.lora.sampler, cfg.optim.lr = 4, "factored", 3e-3
         cfg.train.steps = 3
+        # the default: every arm checkpoints each step in the background, all at once
+        cfg.checkpoint.asynchronous = True
     cfg.lock()
     return cfg
 
