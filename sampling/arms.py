@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from models import lora
+from sampling import processors
 from sampling import shards as shards_lib
 
 
@@ -35,9 +36,9 @@ def check(arms, num_prompts: int) -> np.ndarray:
 
 def keyed(rng, arms) -> bool:
     """Whether `rng` is keys [K], one per arm (then every arm must be < K: ValueError)."""
-    if not rng.shape:
+    if not processors.stacked(rng):
         return False
-    if arms is None or rng.ndim != 1 or np.max(arms, initial=0) >= rng.shape[0]:
+    if arms is None or np.max(arms, initial=0) >= rng.shape[0]:
         raise ValueError(f"rng of shape {rng.shape} (keys, one per arm) needs arms in "
                          f"[0, {rng.shape[0]}): one key per adapter")
     return True

@@ -70,9 +70,16 @@ def _greedy_logprobs(logits: jax.Array) -> jax.Array:
     return jnp.where(hit, jnp.float32(0.0), jnp.float32(-jnp.inf))
 
 
+def stacked(rng: jax.Array) -> bool:
+    """Whether `rng` is keys [K] rather than one key: typed keys of shape [K], or raw
+    uint32 keys [K, 2] (a single raw key is [2])."""
+    typed = jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+    return rng.ndim == (1 if typed else 2)
+
+
 def fold_in(rng: jax.Array, data) -> jax.Array:
     """`jax.random.fold_in` of a key, or of each of keys [K] (`sample`'s rng)."""
-    if rng.shape:
+    if stacked(rng):
         return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, data)
     return jax.random.fold_in(rng, data)
 
@@ -89,7 +96,7 @@ def _inverse_cdf_draw(rng: jax.Array, logp: jax.Array, ids: jax.Array | None = N
     """
     cdf = jnp.cumsum(jnp.exp(logp), axis=-1)
     shape = logp.shape[:-1] + (1,)
-    if rng.shape:  # keys [K]: key k's numbers are rows k·S .. k·S + S - 1 of one list
+    if stacked(rng):  # keys [K]: key k's numbers are rows k·S .. k·S + S - 1 of one list
         u = jax.vmap(lambda key: jax.random.uniform(key, shape, jnp.float32))(rng)
         u = 1.0 - u.reshape((-1, 1))
     else:

@@ -85,6 +85,10 @@ def test_arms_with_keys_of_their_own_sample_what_each_samples_alone():
     assert (np.asarray(shared.tokens) != np.asarray(both.tokens)).any()
     with pytest.raises(ValueError, match="one key per adapter"):
         sampling.generate(CONFIG, STACKED, prompts, 3, sp, keys[:2], arms=arms)
+    # a raw uint32 key [2] is one key, not two: it samples as its typed twin does
+    raw = sampling.generate(CONFIG, STACKED, prompts, 3, sp, jax.random.key_data(keys[0]),
+                            arms=arms, page_size=4, segment_len=4)
+    np.testing.assert_array_equal(np.asarray(raw.tokens), np.asarray(shared.tokens))
 
 
 def test_bad_arms_fail_with_one_line():
