@@ -3,12 +3,18 @@ adapters over one base per group (`launch.sweep --shared_base`).
 
     python -m launch.sweep --config=configs/paper/losses.py:tiny,lora --workdir=A
     python -m launch.sweep --config=configs/paper/losses.py:tiny,lora --workdir=B --shared_base
-    python benchmarks/shared_base.py A B [--json]
+    python benchmarks/shared_base.py A B [--config=configs/paper/losses.py:tiny,lora] [--json]
 
 Reads both sweeps' DIR/results.csv and DIR/sweep_wall.json (written by launch.sweep).
 Prints, for each run both sweeps finished, the largest difference in the results-table
 columns (`rl.sweeps.DETERMINISTIC`), the runs whose samples differ at all (rollout
 tokens or rollouts), and the two sweeps' wall times with their ratio.
+
+With --config (the sweep both ran), also each group's wall time both ways, from the runs'
+DIR/runs/<name>/wall.json (every attempt counted): the separate side is the sum over the
+group's runs, the shared side the group process's (the largest over its arms, since an arm
+resumed in a later group carries both attempts). A group's figure survives a sweep
+invocation whose own total was lost (a killed launch.sweep records none).
 """
 
 from __future__ import annotations
@@ -65,13 +71,38 @@ def compare(separate: str, shared: str) -> dict:
             "only_one_side": sorted(set(a) ^ set(b))}
 
 
+def _run_wall(workdir: str, name: str) -> float | None:
+    wall = sweeps.read_wall(os.path.join(workdir, "runs", name, sweeps.WALL_FILE))
+    return wall["seconds"] if wall else None
+
+
+def groups(spec: str, separate: str, shared: str) -> list[dict]:
+    """[{"runs": [names], "separate_s": sum of the runs' walls, "shared_s": the group's
+    wall, "shared_over_separate"}] for each `--shared_base` group of the sweep `spec`;
+    a side is None where one of its runs has no wall.json yet."""
+    out = []
+    for group in sweeps.shared_base_groups(sweeps.load(spec).runs):
+        names = [run["name"] for run in group]
+        a = [_run_wall(separate, n) for n in names]
+        b = [_run_wall(shared, n) for n in names]
+        sep = None if None in a else sum(a)
+        sha = None if None in b else max(b)
+        out.append({"runs": names, "separate_s": sep, "shared_s": sha,
+                    "shared_over_separate": sha / sep if sep and sha else math.nan})
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("separate", help="the sweep run one process per run")
     parser.add_argument("shared", help="the same sweep run with --shared_base")
+    parser.add_argument("--config", default="",
+                        help="the sweep both ran (path.py[:arg]): adds each group's wall")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args(argv)
     out = compare(args.separate, args.shared)
+    if args.config:
+        out["groups"] = groups(args.config, args.separate, args.shared)
     if args.json:
         print(json.dumps(out))
         return
@@ -82,8 +113,17 @@ def main(argv=None) -> None:
     for column, value in out["max"].items():
         print(f"  largest |separate - shared| {column}: {value:.6g}")
     wall = out["wall_s"]
-    print(f"sweep wall time: separate {wall['separate']} s, shared {wall['shared']} s, "
+    print(f"sweep wall time: separate {_seconds(wall['separate'])}, shared "
+          f"{_seconds(wall['shared'])}, "
           f"shared / separate {out['shared_over_separate']:.3f}")
+    for group in out.get("groups", []):
+        print(f"group {group['runs'][0]} ({len(group['runs'])} runs): separate "
+              f"{_seconds(group['separate_s'])}, shared {_seconds(group['shared_s'])}, "
+              f"shared / separate {group['shared_over_separate']:.3f}")
+
+
+def _seconds(value: float | None) -> str:
+    return "unfinished" if value is None else f"{value:.0f} s"
 
 
 if __name__ == "__main__":
