@@ -180,7 +180,9 @@ def merge(config: ModelConfig, params: dict, adapters: dict | None,
 def checksum(tree: Any) -> jax.Array:
     """A float32 [] fingerprint of a pytree's values, computed on the device: Σ over
     leaves of Σ x·w with a fixed per-position weight (so any changed value or a swapped
-    pair moves it). Equal trees give bit-equal checksums."""
+    pair moves it). Equal trees give bit-equal checksums. Unlike the bit hash of
+    `rl.checkpoint.trees.checksums`, it is continuous in the values, so two runs'
+    adapters can be compared to a tolerance (the `--shared_base` equality checks)."""
     total = jnp.zeros((), jnp.float32)
     for i, x in enumerate(jax.tree.leaves(tree)):
         x = jnp.ravel(x).astype(jnp.float32)
