@@ -40,6 +40,9 @@ _RUNS = flags.DEFINE_list("runs", None, "Names of the sweep's runs to train toge
                           "may differ only in rl.sweeps.ARM_KEYS.", required=True)
 _LOGS = flags.DEFINE_string("logs", None, "Local folder of the runs' train.log "
                             "(LOGS/runs/<name>/train.log); default --workdir.")
+_WORKERS = flags.DEFINE_integer("workers", 0, "At most this many arms compute at once "
+                                "(0: all); an arm waiting for its sampler batch gives its "
+                                "turn away.", lower_bound=0)
 distributed.define_flags()
 
 
@@ -158,7 +161,8 @@ def main(argv):
     print(f"RL: {len(todo)} arms over one base ({', '.join(chosen[i]['name'] for i in todo)})",
           flush=True)
     try:
-        results = arms.run_group(runs_, [dirs[i] for i in todo], frozen, streams)
+        results = arms.run_group(runs_, [dirs[i] for i in todo], frozen, streams,
+                                     _WORKERS.value)
         ok = [_finish(chosen[i]["name"], r, dirs[i], res, s)
               for i, r, res, s in zip(todo, runs_, results, streams, strict=True)]
     finally:

@@ -27,6 +27,7 @@ threads save at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from typing import Any
@@ -91,21 +92,41 @@ class Batcher:
     """Serves the arms' sampler calls in batches that do not depend on thread timing
     (module docstring): a batch is every live arm's next request."""
 
-    def __init__(self, frozen: adapters.Frozen, arms: int):
+    def __init__(self, frozen: adapters.Frozen, arms: int, workers: int = 0):
         self.frozen, self.live, self.pending = frozen, set(range(arms)), {}
         self.cond = threading.Condition()
         self.calls = 0  # sampler calls made (for the tests and the logs)
+        # at most `workers` arms compute at once (0: all); an arm waiting for its batch
+        # gives its turn away
+        self.turns = threading.BoundedSemaphore(workers) if workers else None
+
+    @contextlib.contextmanager
+    def turn(self):
+        """Held while an arm computes (its updates, evals, checkpoints, host work)."""
+        if self.turns is not None:
+            self.turns.acquire()
+        try:
+            yield
+        finally:
+            if self.turns is not None:
+                self.turns.release()
 
     def sample(self, arm: int, run: Run, adapters_: Any, prompts: list, n: int,
                rng: jax.Array) -> tuple[sampling.Rollouts, jax.Array, int]:
         """(arm's rollouts, the checksum of the adapter the sampler ran for it, the number
         of arms the call served)."""
         request = Request(arm, run, adapters_, prompts, n, rng)
-        with self.cond:
-            self.pending[arm] = request
-            self._serve_when_complete()
-            while not request.served:
-                self.cond.wait()
+        if self.turns is not None:
+            self.turns.release()  # called within the arm's turn: waiting is not computing
+        try:
+            with self.cond:
+                self.pending[arm] = request
+                self._serve_when_complete()
+                while not request.served:
+                    self.cond.wait()
+        finally:
+            if self.turns is not None:
+                self.turns.acquire()
         if isinstance(request.answer, BaseException):
             raise request.answer
         return request.answer
@@ -121,8 +142,15 @@ class Batcher:
         if not self.pending or set(self.pending) != self.live:
             return
         batch = [self.pending.pop(arm) for arm in sorted(self.pending)]
-        for key in dict.fromkeys(r.batch_key() for r in batch):
-            part = [r for r in batch if r.batch_key() == key]
+        parts: dict[tuple, list[Request]] = {}
+        try:
+            for request in batch:
+                parts.setdefault(request.batch_key(), []).append(request)
+        except Exception as e:  # noqa: BLE001 - no arm may wait forever
+            for request in batch:
+                request.answer, request.served = e, True
+            parts = {}
+        for part in parts.values():
             try:
                 answers = self._call(part)
             except Exception as e:  # noqa: BLE001 - every arm of the call gets the error
@@ -188,13 +216,14 @@ class ArmTrainer(Trainer):
 
 
 def run_group(runs: list[Run], workdirs: list[str], frozen: adapters.Frozen,
-              streams: list) -> list[dict | BaseException]:
+              streams: list, workers: int = 0) -> list[dict | BaseException]:
     """Trains every arm (thread i: `runs[i]` in `workdirs[i]`, its console on
-    `streams[i]`) over `frozen`; returns each arm's `Trainer.run()` summary, or the
-    exception that stopped it (the others go on)."""
+    `streams[i]`) over `frozen`, at most `workers` computing at once (0: all); returns
+    each arm's `Trainer.run()` summary, or the exception that stopped it (the others go
+    on)."""
     # Orbax's managers may not write at once from several threads (rl.checkpoint.persistent)
     persistent.serial_writes()
-    batcher = Batcher(frozen, len(runs))
+    batcher = Batcher(frozen, len(runs), workers)
     trainers = [ArmTrainer(run, workdir, frozen, batcher, i, stream=stream)
                 for i, (run, workdir, stream) in enumerate(zip(runs, workdirs, streams,
                                                                strict=True))]
@@ -202,7 +231,8 @@ def run_group(runs: list[Run], workdirs: list[str], frozen: adapters.Frozen,
 
     def work(i: int) -> None:
         try:
-            results[i] = trainers[i].run()
+            with batcher.turn():
+                results[i] = trainers[i].run()
         except BaseException as e:  # noqa: BLE001 - reported per arm by the caller
             results[i] = e
         finally:
