@@ -151,8 +151,9 @@ class Batcher:
                 request.answer, request.served = e, True
             parts = {}
         for part in parts.values():
+            part = _finite_only(part)
             try:
-                answers = self._call(part)
+                answers = self._call(part) if part else []
             except Exception as e:  # noqa: BLE001 - every arm of the call gets the error
                 answers = [e] * len(part)
             for request, answer in zip(part, answers, strict=True):
@@ -181,6 +182,27 @@ class Batcher:
             answers.append((rows(out, starts[k], starts[k + 1], part[0].n),
                             frozen.mark(ran), len(part)))
         return answers
+
+
+@jax.jit
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def _finite_only(part: list[Request]) -> list[Request]:
+    """The requests whose adapters are finite; the others are answered with an error. One
+    batch multiplies every row by every adapter's b (`models.linear`), so a NaN or inf in
+    one arm's adapter would reach every arm's rows."""
+    ok = []
+    for request in part:
+        if bool(_all_finite(request.adapters)):
+            ok.append(request)
+        else:
+            request.answer = FloatingPointError(
+                f"arm {request.arm}'s adapters hold NaN or inf: it cannot share a sampler "
+                "batch with other arms")
+            request.served = True
+    return ok
 
 
 def rows(out: sampling.Rollouts, first: int, end: int, n: int) -> sampling.Rollouts:

@@ -98,3 +98,27 @@ def test_a_request_that_cannot_be_keyed_fails_every_arm_of_its_batch_not_hangs()
         t.join(timeout=20)
     assert not any(t.is_alive() for t in threads), "an arm waits forever"
     assert sorted(errors) == [0, 1] and batcher.batches == []
+
+
+def test_an_arm_with_non_finite_adapters_is_refused_and_the_others_are_served():
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    batcher = _Counting(3, 0)
+    got = {}
+
+    def arm(i: int) -> None:
+        adapters = {"a": jnp.array([1.0, jnp.nan if i == 1 else 2.0])}
+        try:
+            got[i] = batcher.sample(i, _RUN, adapters, [0], 1, None)[0]
+        except FloatingPointError as e:
+            got[i] = str(e)
+        finally:
+            batcher.leave(i)
+
+    threads = [threading.Thread(target=arm, args=(i,), daemon=True) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert got[0] == 0 and got[2] == 2 and "arm 1's adapters hold NaN or inf" in got[1]
+    assert batcher.batches == [[0, 2]]
