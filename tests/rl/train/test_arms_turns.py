@@ -30,6 +30,16 @@ _RUN = SimpleNamespace(cfg=SimpleNamespace(sampling=SimpleNamespace(page_size=16
                        sampling_params=None)
 
 
+def _run_arms(arm, n: int) -> None:
+    """Runs arm(0..n-1) in threads; fails if one is still waiting after 20 s (deadlock)."""
+    threads = [threading.Thread(target=arm, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not any(t.is_alive() for t in threads), "an arm waits forever"
+
+
 def _group(n: int, workers: int, rounds: int = 3):
     batcher = _Counting(n, workers)
     lock, busy, peak, errors = threading.Lock(), [0], [0], []
@@ -54,12 +64,7 @@ def _group(n: int, workers: int, rounds: int = 3):
         finally:
             batcher.leave(i)
 
-    threads = [threading.Thread(target=arm, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
-    assert not any(t.is_alive() for t in threads), "the arms deadlocked"
+    _run_arms(arm, n)
     assert not errors, errors
     return batcher, peak[0]
 
@@ -91,12 +96,7 @@ def test_a_request_that_cannot_be_keyed_fails_every_arm_of_its_batch_not_hangs()
         finally:
             batcher.leave(i)
 
-    threads = [threading.Thread(target=arm, args=(i,), daemon=True) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
-    assert not any(t.is_alive() for t in threads), "an arm waits forever"
+    _run_arms(arm, 2)
     assert sorted(errors) == [0, 1] and batcher.batches == []
 
 
@@ -115,10 +115,6 @@ def test_an_arm_with_non_finite_adapters_is_refused_and_the_others_are_served():
         finally:
             batcher.leave(i)
 
-    threads = [threading.Thread(target=arm, args=(i,), daemon=True) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
+    _run_arms(arm, 3)
     assert got[0] == 0 and got[2] == 2 and "arm 1's adapters hold NaN or inf" in got[1]
     assert batcher.batches == [[0, 2]]
