@@ -66,12 +66,26 @@ def project(x: jax.Array, w: Any, eq: str, dtype) -> jax.Array:
     r = next(c for c in "rzyxwvu" if c not in eq)
     low = "".join(c for c in lhs if c not in rhs[:n_in]) + r
     a, b = w.a.astype(dtype), w.b.astype(dtype)
-    if w.index is not None:
+    if w.blocks:
+        xab = _per_block(x, a, b, w.blocks, lhs, rhs, out, low, n_in, r)
+    elif w.index is not None:
         xab = _per_row(x, a, b, w.index, lhs, rhs, out, low, n_in, r)
     else:
         xa = jnp.einsum(f"{lhs},{rhs[:n_in]}{r}->{low}", x, a)
         xab = jnp.einsum(f"{low},{r}{rhs[n_in:]}->{out}", xa, b)
     return frozen_einsum(eq, x, w.base, dtype) + (w.scale * xab).astype(dtype)
+
+
+def _per_block(x, a, b, blocks: int, lhs: str, rhs: str, out: str, low: str, n_in: int,
+               r: str):
+    """Rows in `blocks` equal contiguous blocks, block k through adapter k (a [N, *in, r],
+    b [N, r, *out]): one batched product, the cost of one adapter over all rows (6.9 ms
+    against 7.4 ms on the measurement in `_per_row`'s docstring)."""
+    n = next(c for c in "nmlkjih" if c not in lhs + rhs + out + r)
+    xb = x.reshape((blocks, -1) + x.shape[1:])  # [N, B / N, ...]: rows stay contiguous
+    xa = jnp.einsum(f"{n}{lhs},{n}{rhs[:n_in]}{r}->{n}{low}", xb, a)
+    xab = jnp.einsum(f"{n}{low},{n}{r}{rhs[n_in:]}->{n}{out}", xa, b)
+    return xab.reshape((x.shape[0],) + xab.shape[2:])
 
 
 def _per_row(x, a, b, index, lhs: str, rhs: str, out: str, low: str, n_in: int, r: str):

@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models import quant
 from models.config import ModelConfig
@@ -73,6 +74,9 @@ class Adapted:
     n_in: int = dataclasses.field(metadata={"static": True})  # input dims of the weight
     # several adapters (`stack`: a [..., N, *in, r]): each batch row's adapter [..., B]
     index: jax.Array | None = None
+    # > 0: the rows are `blocks` (= N) equal contiguous blocks, block k running adapter k
+    # (`select` finds it), so one batched product serves them (`models.linear`)
+    blocks: int = dataclasses.field(default=0, metadata={"static": True})
 
     @property
     def lead(self) -> int:
@@ -130,17 +134,27 @@ def stack(adapters: list[dict]) -> dict:
     return jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *adapters)
 
 
-def select(params: dict, arms: jax.Array) -> dict:
+def select(params: dict, arms: Any) -> dict:
     """`params` attached to stacked adapters (`attach(base, stack(...), lora)`) with batch
     row i running adapter `arms[i]` ([B] int32); the index is stacked per layer, as the
-    layer scan slices every leaf."""
+    layer scan slices every leaf. Host `arms` that are N equal contiguous blocks 0..N-1
+    (every arm the same number of rows, no padding) also set `Adapted.blocks`."""
     layers = dict(params["layers"])
     for name, w in layers.items():
         if isinstance(w, Adapted):
-            arms = jnp.asarray(arms, jnp.int32)
+            index = jnp.asarray(arms, jnp.int32)
             layers[name] = dataclasses.replace(
-                w, index=jnp.broadcast_to(arms, (w.a.shape[0],) + arms.shape))
+                w, index=jnp.broadcast_to(index, (w.a.shape[0],) + index.shape),
+                blocks=_blocks(arms, w.a.shape[1]))
     return {**params, "layers": layers}
+
+
+def _blocks(arms: Any, n: int) -> int:
+    """n when host `arms` [B] is repeat(0..n-1, B / n), else 0."""
+    if isinstance(arms, jax.Array) or len(arms) % n:
+        return 0
+    arms = np.asarray(arms)
+    return n if np.array_equal(arms, np.repeat(np.arange(n), len(arms) // n)) else 0
 
 
 def delta(a: jax.Array, b: jax.Array, lead: int, dtype=jnp.float32) -> jax.Array:

@@ -96,3 +96,36 @@ def test_bad_arms_fail_with_one_line():
     with pytest.raises(ValueError, match="arms must be \\[2\\] ints >= 0"):
         sampling.generate(CONFIG, STACKED, [[1, 2], [3]], 2, sp, jax.random.key(0),
                           arms=np.array([0]))
+
+
+def test_rows_in_equal_blocks_take_one_batched_product(monkeypatch):
+    """Every arm the same number of rows, in arm order (a sweep's arms asking alike):
+    `select` marks the blocks, and `models.linear` runs them as one batched product."""
+    from models import linear  # noqa: PLC0415
+
+    blocks = np.repeat([0, 1, 2], 2)
+    assert lora.select(STACKED, blocks)["layers"]["q"].blocks == 3
+    assert lora.select(STACKED, np.array([0, 1, 2, 0, 1, 2]))["layers"]["q"].blocks == 0
+    assert lora.select(STACKED, jnp.asarray(blocks))["layers"]["q"].blocks == 0  # traced
+    tokens = jax.random.randint(jax.random.key(5), (6, 7), 0, CONFIG.vocab_size)
+    apply = jax.jit(models.apply, static_argnums=0)
+    by_block = apply(CONFIG, lora.select(STACKED, blocks), tokens)
+    by_row = apply(CONFIG, lora.select(STACKED, jnp.asarray(blocks)), tokens)
+    # the same products summed in another batch shape: logits of O(1-10)
+    np.testing.assert_allclose(np.asarray(by_block), np.asarray(by_row), atol=5e-5)
+    traced = []
+    monkeypatch.setattr(linear, "_per_block",
+                        lambda *a, f=linear._per_block: traced.append(1) or f(*a))
+    rng = np.random.RandomState(2)
+    prompts = [list(rng.randint(1, CONFIG.vocab_size, rng.randint(3, 12))) for _ in range(2)]
+    sp = sampling.SamplingParams(temperature=1.0, max_new_tokens=9)
+    keys = jax.random.split(jax.random.key(8), 3)
+    # 3 arms x 2 prompts x 4 samples = 24 decode rows: a row bucket of its own, no padding
+    both = sampling.generate(CONFIG, STACKED, prompts * 3, 4, sp, keys,
+                             arms=np.repeat([0, 1, 2], 2), page_size=4, segment_len=4)
+    assert traced, "the decode did not take the batched product"
+    for arm in range(3):
+        alone = sampling.generate(CONFIG, lora.attach(PARAMS, ADAPTERS[arm], LORA), prompts, 4,
+                                  sp, keys[arm], page_size=4, segment_len=4)
+        np.testing.assert_array_equal(np.asarray(both.tokens)[arm * 8:(arm + 1) * 8],
+                                      np.asarray(alone.tokens))
