@@ -194,7 +194,7 @@ def data_section() -> ml_collections.ConfigDict:
 
 def sampling_section() -> ml_collections.ConfigDict:
     s = ml_collections.ConfigDict()
-    s.sampler = "flat"     # flat | tree
+    s.sampler = "flat"     # flat | tree | latr (flat with LATR trees: docs/sampling.md)
     s.n = 8                # samples per prompt (flat; the tree has tree.leaves_per_prompt)
     s.temperature = 1.0
     s.top_k = 0            # 0 = off
@@ -212,6 +212,12 @@ def sampling_section() -> ml_collections.ConfigDict:
                       first_branching=str, divergence=int, branch_policy=str,
                       policy_temperature=float, stop_on_boxed=bool, repetition_chars=int,
                       repetition_ngram=int, repetition_count=int, fallback=bool)
+    # latr.<field>: sampling.LatrConfig's fields (None = the authors' default);
+    # mix_schedule "step:ratio,..." is the share of n grown as a tree from each training
+    # step on (default 0:1,10:0.75,20:0.5,80:0.25,200:0); lookahead is "20,30,50"
+    s.latr = _options(mix_schedule=str, abs_threshold=float, rel_threshold=float,
+                      lookahead=str, prune_distance=float, fill_init=float, fill_decay=float,
+                      max_steps=int, keep_math_symbols=bool)
     return s
 
 

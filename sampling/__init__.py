@@ -1,5 +1,5 @@
-"""Generation engine: paged KV cache, flat group sampler, TreePO tree sampler,
-two-policy lockstep sampler, multi-turn rollouts.
+"""Generation engine: paged KV cache, flat group sampler, LATR branching, TreePO tree
+sampler, two-policy lockstep sampler, multi-turn rollouts.
 
     from sampling import generate, SamplingParams
     rollouts = generate(config, params, prompts, n=8,
@@ -10,11 +10,14 @@ Design and measurements: docs/sampling.md. Depends only on `models`.
 """
 
 from sampling.flat import generate
+from sampling.latr import latr_generate
+from sampling.latr_step import LatrConfig
 from sampling.lockstep import Lockstep, MixRule, lockstep_generate
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
 from sampling.tree import TreeConfig, tree_generate
 from sampling.turns import TurnEnd, generate_turns
 
-__all__ = ["Lockstep", "MixRule", "Rollouts", "SamplingParams", "TreeConfig", "TurnEnd",
-           "generate", "generate_turns", "lockstep_generate", "tree_generate"]
+__all__ = ["LatrConfig", "Lockstep", "MixRule", "Rollouts", "SamplingParams", "TreeConfig",
+           "TurnEnd", "generate", "generate_turns", "latr_generate", "lockstep_generate",
+           "tree_generate"]

@@ -206,7 +206,8 @@ decode_program = _decode_program.program  # backend -> the jitted decode (for `.
 def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
                 call: jax.Array, limit: jax.Array, steps: int, stop_ids: tuple[int, ...],
                 pick: Callable, extra=(), columns: dict | None = None,
-                attention: str = "shared_prefix", sharding: ActivationSharding | None = None):
+                attention: str = "shared_prefix", sharding: ActivationSharding | None = None,
+                fork: bool = False):
     """The decode loop of one or more models fed the same tokens side by side.
 
     `models_` is a tuple of (config, params), each with its own cache in
@@ -226,6 +227,12 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     call (the former decode, kept as the benchmarks' baseline). With
     `sharding`, rows run over the batch axes and heads over `tensor`; the
     weights are used where they are (not fused, which would move shards).
+
+    `fork`: rows may take over other rows' state within the call (LATR's branches,
+    `sampling.latr_step`): `pick` then returns a sixth value (src [S] int32, done [S]
+    bool), and before the step's token a row s with src[s] != s becomes a copy of row
+    src[s] (its tokens so far, its own pages, its tail of this call's keys); `done`
+    replaces the running set. Every row with this call's pages is then written back.
 
     Returns (DecodeOutput, final hidden states (tuple), caches (tuple), extra).
     """
@@ -251,27 +258,28 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     body = _decode_body(models_, decoders, pools, attend_for, pick,
                         processors.fold_in(rng, call),
                         jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32), pad,
-                        state.positions, state.ids, before, sharding, shards)
+                        state.positions, state.ids, before, sharding, shards, fork)
     limit = jnp.minimum(jnp.int32(steps), limit)
 
     def cond(carry):
         i, _, done, *_ = carry
         return (i < limit) & ~jnp.all(done)
 
-    carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails)
-    _, hiddens, _, out, extra, tails = jax.lax.while_loop(cond, body, carry)
+    carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails, pages.own_tables)
+    _, hiddens, _, out, extra, tails, _ = jax.lax.while_loop(cond, body, carry)
     # the call's tokens go to their pages (the dense views' last `steps` columns)
     write = shards_lib.local(shards, paged_attention.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
+    written = pages.segment_tables[:, 0] != 0 if fork else ~state.done
     caches = tuple(KVCache(*write(pool, (tail[0][..., before:], tail[1][:, :, :, before:]),
-                                  pages, ~state.done))
+                                  pages, written))
                    for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
 
 
 def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attention: str,
                shards: shards_lib.Shards):
-    """(attend_for(i, pool, tail), the per-row tails, the tail slots before the call's
+    """(attend_for(i, pool, tail, own_tables), the per-row tails, the tail slots before the call's
     tokens) of the decode's attention, each page lookup run per batch shard.
 
     With no group of two rows nothing is shared: each row's context is its own
@@ -287,8 +295,8 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
         layer = shards_lib.local(shards, paged_attention.decode_attention,
                                  ("rows", "whole", "rows", "rows", "rows", "rows", "rows"),
                                  "rows")
-        return (lambda i, pool, tail: paged_attention.decode_attend(pages, i, pool, tail,
-                                                                    layer),
+        return (lambda i, pool, tail, own: paged_attention.decode_attend(
+                    dataclasses.replace(pages, own_tables=own), i, pool, tail, layer),
                 tails, 0)
     # [L, S, K, Dh, W] / [L, S, K, W, Dh] copies of [group | own | segment] pages
     ps = caches[0].page_size
@@ -306,8 +314,8 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
         own = paged_attention.own_mask(pages, ps).reshape(s, -1)
         shared = shared | jnp.pad(own, ((0, 0), (group_end, steps)))
 
-    def attend_for(i, pool, tail):
-        del pool
+    def attend_for(i, pool, tail, own):
+        del pool, own  # a row's own pages are in its view
         mask = shared | ((slots[None] >= before) & (slots[None] < before + i))
         return paged_attention.view_attend(mask, tail)
 
@@ -317,17 +325,21 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
 def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Callable,
                  pick: Callable, call_rng: jax.Array, stops: jax.Array, pad: jax.Array,
                  positions: jax.Array, ids: jax.Array | None, before,
-                 sharding: ActivationSharding | None, shards: shards_lib.Shards):
+                 sharding: ActivationSharding | None, shards: shards_lib.Shards,
+                 fork: bool = False):
     """The `while_loop` body of `decode_loop`: one token for every running row."""
     s = positions.shape[0]
 
     def body(carry):
-        i, hiddens, done, out, extra, tails = carry
-        active = ~done
+        i, hiddens, done, out, extra, tails, own = carry
         logits = tuple(head_logits(head, hidden)
                        for (_, head), hidden in zip(decoders, hiddens, strict=True))
-        token, logp, raw, values, extra = pick(logits, processors.fold_in(call_rng, i), extra,
-                                               active, ids)
+        token, logp, raw, values, extra, *moved = pick(
+            logits, processors.fold_in(call_rng, i), extra, ~done, ids)
+        if fork:
+            (src, done), = moved
+            out, tails, own = _copy_rows(src, out, tails, own)
+        active = ~done
         out = dataclasses.replace(
             out, tokens=_set_column(out.tokens, token, i, active, pad),
             logprobs=_set_column(out.logprobs, logp, i, active, 0.0),
@@ -335,7 +347,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
             num_tokens=out.num_tokens + active, steps=i + 1,
             extra={k: _set_column(out.extra[k], values[k], i, active, 0) for k in out.extra})
         stepped = [models.run_layers(config, fused, token[:, None], (positions + i)[:, None],
-                                     attend_for(i, pool, tail),
+                                     attend_for(i, pool, tail, own),
                                      paged_attention.new_kv(pool, s), scan=True,
                                      sharding=sharding)
                    for (config, _), (fused, _), pool, tail
@@ -347,9 +359,27 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
         tails = shards_lib.constrain_pool(
             tuple(paged_attention.store_step(tail, new, before + i)
                   for (_, new), tail in zip(stepped, tails, strict=True)), shards)
-        return i + 1, hiddens, done | stopped, out, extra, tails
+        return i + 1, hiddens, done | stopped, out, extra, tails, own
 
     return body
+
+
+def _copy_rows(src: jax.Array, out: DecodeOutput, tails: tuple, own: jax.Array | None):
+    """Rows s with src[s] != s become copies of row src[s] before the step: their tokens and
+    log-probs so far, their own pages and their tails (the keys of this call's steps, or
+    the dense view). Copied only in the steps where some row moves."""
+    def copy(state):
+        out, tails, own = state
+        take = lambda x: x[src]  # noqa: E731
+        out = dataclasses.replace(
+            out, tokens=take(out.tokens), logprobs=take(out.logprobs),
+            raw_logprobs=take(out.raw_logprobs), num_tokens=take(out.num_tokens),
+            finish=take(out.finish), extra={k: take(v) for k, v in out.extra.items()})
+        tails = tuple((k[:, src], v[:, src]) for k, v in tails)
+        return out, tails, None if own is None else take(own)
+
+    moved = jnp.any(src != jnp.arange(src.shape[0], dtype=src.dtype))
+    return jax.lax.cond(moved, copy, lambda state: state, (out, tails, own))
 
 
 def _set_column(buf: jax.Array, x: jax.Array, i, active: jax.Array, fill) -> jax.Array:

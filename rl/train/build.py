@@ -40,7 +40,7 @@ from rl.data.from_config import make_selector, make_sources
 from rl.envs.sandbox import SandboxError
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
-from rl.train import adapters, checks, multiturn
+from rl.train import adapters, checks, latr_plan, multiturn
 from rl.train import learner as learner_lib
 from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
@@ -76,6 +76,8 @@ class Run:
     env: Any = None
     # lora.rank >= 1: the adapters, the base's storage, the sampler's mode
     lora: adapters.Settings | None = None
+    # sampling.sampler=latr: the LATR settings and mix schedule (rl.train.latr_plan)
+    latr: latr_plan.LatrPlan | None = None
 
     @property
     def samples_per_prompt(self) -> int:
@@ -210,8 +212,10 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
         rl.reward.name = task_reward
     alg = algorithm_lib.from_config(rl)
     s = cfg.sampling
-    if s.sampler not in ("flat", "tree"):
-        raise ValueError(f"sampling.sampler must be flat or tree, got {s.sampler!r}")
+    if s.sampler not in ("flat", "tree", "latr"):
+        raise ValueError(f"sampling.sampler must be flat, tree or latr, got {s.sampler!r}")
+    if s.sampler != "latr" and set_options(s.latr, exclude=()):
+        raise ValueError(f"sampling.latr options are set but sampling.sampler is {s.sampler}")
     sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                         min_p=s.min_p, max_new_tokens=s.max_new_tokens)
     tree = _tree(s) if s.sampler == "tree" else None
@@ -243,6 +247,8 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     if cfg.data.system_prompt and not cfg.data.chat_template:
         raise ValueError("data.system_prompt is set but data.chat_template is off")
     model_config = _model_config(cfg, tokenizer)
+    latr = (latr_plan.resolve(cfg, tokenizer, model_config.vocab_size)
+            if s.sampler == "latr" else None)
     lora = adapters.from_config(cfg.lora, model_config)
     checks.check_lora(cfg, lora is not None)
     asynchronous = cfg.rollout.mode != "sync"
@@ -256,7 +262,7 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     boxed = tree is not None and s.tree.stop_on_boxed is not False  # None = on (TreePO)
     run = Run(cfg, model_config, tokenizer, tokenizer_dir, alg, train, heldout, sp, tree, mesh,
               rules, sharding.ActivationSharding(mesh, rules), eval_ks, old_logp=old_logp,
-              stop_text=latex.complete_box if boxed else None, lora=lora)
+              stop_text=latex.complete_box if boxed else None, lora=lora, latr=latr)
     checks.check_rollout_mode(cfg, tree is not None)
     multiturn.check(cfg, tree=tree is not None, processes=jax.process_count())
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))

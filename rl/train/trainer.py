@@ -192,6 +192,12 @@ class Trainer(LogProbStreams):
                                           run.tree, run.sampling_params, rng,
                                           decode=run.tokenizer.decode,
                                           stop_text=run.stop_text, sharding=act)
+        latr = run.latr.at(self.version, n) if run.latr is not None and n > 1 else None
+        if latr is not None:  # rl.train.latr_plan refuses the runs that pass `flat`
+            return sampling.latr_generate(run.model_config, params, prompts, n,
+                                          run.sampling_params, rng, latr,
+                                          page_size=s.page_size, segment_len=s.segment_len,
+                                          exempt=run.latr.exempt)
         return sampling.generate(run.model_config, params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len, sharding=act, **flat)

@@ -10,7 +10,7 @@ from launch.common import load_config_file
 from rl import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STUDIES = {"losses": 9, "sampling": 2, "selection": 5, "baseline": 6, "rollout": 2, "async": 7}
+STUDIES = {"losses": 9, "sampling": 3, "selection": 5, "baseline": 6, "rollout": 2, "async": 7}
 
 
 @pytest.mark.parametrize("study,arms", STUDIES.items())
