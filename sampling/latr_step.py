@@ -99,19 +99,23 @@ class LatrState:
 
 def _tree_phase(st: LatrState, latr: LatrConfig, done, stops, exempt, needed):
     """Steps 1-2 before step st.t: (the branches pruned, the rows removed with their
-    descendants, whether the phase ends now)."""
-    pruned = st.on & latr_rules.prune(st.history, st.t, st.alive & st.tree, st.parent,
-                                      st.birth, stops, exempt, latr.lookahead,
-                                      latr.prune_distance)
-    removed = latr_rules.descendants(pruned, st.alive & st.tree, st.parent)
-    alive = st.alive & ~removed
-    finished = done & alive
-    ends = latr_rules.full(alive, finished, st.tree, st.group, st.parent, st.birth,
-                           st.t - 1, latr.width,
-                           needed[jnp.clip(st.t - 1, 0, needed.shape[0] - 1)],
-                           max(latr.lookahead))
-    ends = st.on & ((st.t > 0) & ends | (st.t >= latr.max_steps))
-    return pruned, removed, ends
+    descendants, whether the phase ends now); nothing once the phase is over."""
+    def checks():
+        pruned = latr_rules.prune(st.history, st.t, st.alive & st.tree, st.parent, st.birth,
+                                  stops, exempt, latr.lookahead, latr.prune_distance)
+        removed = latr_rules.descendants(pruned, st.alive & st.tree, st.parent)
+        alive = st.alive & ~removed
+        ends = latr_rules.full(alive, done & alive, st.tree, st.group, st.parent, st.birth,
+                               st.t - 1, latr.width,
+                               needed[jnp.clip(st.t - 1, 0, needed.shape[0] - 1)],
+                               max(latr.lookahead))
+        return pruned, removed, (st.t > 0) & ends | (st.t >= latr.max_steps)
+
+    def over():
+        none = jnp.zeros_like(st.alive)
+        return none, none, jnp.bool_(False)
+
+    return jax.lax.cond(st.on, checks, over)
 
 
 def _fill(st: LatrState, alive, done):

@@ -6,16 +6,19 @@ held-out accuracy per rollout token.
 
     python -m launch.sweep --config=configs/paper/sampling.py:tiny --workdir=runs/paper/sampling
 
-LATR's lookahead points (20, 30, 50 tokens after a branch for the authors' 1,024-token
-answers) are scaled to the demo's 8-token answers: 2 and 3 tokens; its other settings
-are the authors'.
+LATR's lengths are scaled from the authors' 1,024-token answers to the demo's 8 tokens:
+the lookahead points (20, 30, 50 tokens after a branch) to 2 and 3, and the tree phase's
+limit (512 steps, half the answer) to 4. Unscaled, the phase never ends within 8 tokens
+(it lasts more than max(lookahead) steps) and a group's free slots repeat its greedy
+root. Its other settings are the authors'.
 """
 
 from configs import demo
 from configs.paper import _study
 from configs.paper._study import TARGET, get_config  # noqa: F401 - the sweep's config
 
-LATR = {"sampling.sampler": "latr", "sampling.latr.lookahead": "2,3"}
+LATR = {"sampling.sampler": "latr", "sampling.latr.lookahead": "2,3",
+        "sampling.latr.max_steps": 4}
 
 
 def get_sweep(arg: str | None = None):

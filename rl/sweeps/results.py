@@ -20,7 +20,8 @@ Per run, from DIR/runs/<name>/metrics.jsonl:
   steps_to_target                first eval step with held-out accuracy >= target
                                  (empty when never reached)
   rollout_tokens                 tokens decoded by the sampler over the run: the tree's
-                                 shared prefixes once (`tree/shared_token_frac`), APRIL's
+                                 and LATR's shared prefixes once (`tree/shared_token_frac`,
+                                 `latr/shared_token_frac`), APRIL's
                                  partial samples as decoded (`april/decoded_tokens`)
   tokens_to_target               rollout tokens spent up to steps_to_target
   rollouts                       completions sampled (`sampled/rows`: DARS's extras,
@@ -57,7 +58,7 @@ def _decoded(record: Mapping[str, Any]) -> float:
     if record.get("april/decoded_tokens") is not None:
         return float(record["april/decoded_tokens"])
     tokens = float(record.get("generated_tokens") or 0)
-    shared = record.get("tree/shared_token_frac")
+    shared = record.get("tree/shared_token_frac", record.get("latr/shared_token_frac"))
     return tokens * (1.0 - float(shared)) if shared is not None else tokens
 
 

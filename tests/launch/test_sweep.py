@@ -97,6 +97,10 @@ def test_run_numbers_from_metrics():
                    "tokens_to_target": 175.0, "step_to_target_s": 3.5, "rollout_tokens": 175.0,
                    "rollouts": 16, "step_s": 3.5}
     assert sweeps.run_numbers(records, target=0.9)["steps_to_target"] is None
+    # LATR's shared prefixes count once too
+    latr = [{**r, "latr/shared_token_frac": r.pop("tree/shared_token_frac")}
+            if "tree/shared_token_frac" in r else r for r in map(dict, records)]
+    assert sweeps.run_numbers(latr, target=0.5)["rollout_tokens"] == 175.0
     # METRICS: the mean over the RL steps that logged the key; None when none did
     got = sweeps.run_numbers(records, target=0.5, metrics=("reward/mean", "learner/nope"))
     assert got["reward/mean"] == pytest.approx(0.6) and got["learner/nope"] is None
