@@ -51,8 +51,12 @@ def math_symbol_tokens(decode, vocab_size: int) -> np.ndarray:
     return np.array([decode([i]).strip() in MATH_CORE_SYMBOLS for i in range(vocab_size)])
 
 
-def check(n: int, sp: SamplingParams, latr: LatrConfig, prefix: str = "") -> None:
+def check(n: int, sp: SamplingParams, latr: LatrConfig, prefix: str = "",
+          exempt: np.ndarray | None = None, vocab_size: int = 0) -> None:
     """LATR's rules on a call's values (ValueError naming the one broken)."""
+    if exempt is not None and np.shape(exempt) != (vocab_size,):
+        raise ValueError(f"exempt must be [{vocab_size}] bools (one per token), got shape "
+                         f"{np.shape(exempt)}")
     if latr.width > n:
         raise ValueError(f"{prefix}latr.width ({latr.width}) must be <= {prefix}n ({n})")
     if sp.greedy:
@@ -73,7 +77,7 @@ def latr_generate(config: ModelConfig, params: dict, prompts, n: int,
     latr/end_step (-1: the tree phase ran to the end)."""
     sp = sampling_params
     flat.check_layout(n, page_size, segment_len)
-    check(n, sp, latr)
+    check(n, sp, latr, exempt=exempt, vocab_size=config.vocab_size)
     prompts = engine.check_prompts(config, prompts)
     r = len(prompts) * n
     rows = shards_lib.place(np.zeros(r, np.int64), 1)

@@ -121,6 +121,9 @@ def test_bad_settings_fail_before_any_compute(peaked):
     sp = SamplingParams(temperature=1.0, max_new_tokens=8)
     with pytest.raises(ValueError, match="latr.width"):
         latr_generate(config, params, [[1, 2]], 2, sp, jax.random.key(0), LatrConfig(width=3))
+    with pytest.raises(ValueError, match=r"exempt must be \[512\] bools"):
+        latr_generate(config, params, [[1, 2]], 2, sp, jax.random.key(0), LatrConfig(width=2),
+                      exempt=np.zeros(10, bool))
     with pytest.raises(ValueError, match="temperature > 0"):
         latr_generate(config, params, [[1, 2]], 2, SamplingParams(temperature=0.0),
                       jax.random.key(0), LatrConfig(width=2))
