@@ -147,8 +147,8 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
     prompt_shard = shards_lib.assign([n] * len(prompts), shards)
     rows = shards_lib.place(np.repeat(prompt_shard, n), shards)
     arms = arms if arms is None else arms_lib.check(arms, len(prompts))
-    unique, unique_shard, sample_source = _distinct(prompts, n, share_prompts, prompt_shard,
-                                                    set(resume), arms)
+    unique, unique_shard, sample_source = distinct(prompts, n, share_prompts, prompt_shard,
+                                                   set(resume), arms)
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
     budget = np.full(rows.rows, sp.max_new_tokens, np.int64)  # padding rows never limit
@@ -160,7 +160,7 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                                                    sample_source, np.repeat(arms, n), keyed)
     hidden, carry = _prefill(prefill, keep, pools, layout, source, sample_source, rows,
                              unique_shard, prompts, resume)
-    _hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
+    hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
     outputs, own, done, stopped_early, (hidden, carry) = _decode_segments(
         decode, pools, layout, source, hidden, carry, budget, rows, sp.max_new_tokens,
         segment_len, page_size, stop_when)
@@ -176,11 +176,11 @@ def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingPa
                            "use")
 
     out = engine.concat_outputs(outputs)
-    stats = _stats(configs, unique, layout, out, len(outputs), rows, pools, page_size,
-                   stopped_early)
-    rollouts, extra = _rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
-                                rows.to_items(done), len(prompts), n, sp.max_new_tokens,
-                                np.int32(config.pad_token_id or 0), stats)
+    stats = call_stats(configs, unique, layout, out, len(outputs), rows, pools, page_size,
+                       stopped_early)
+    rollouts, extra = to_rollouts(engine.take_rows(out, rows.place), rows.to_items(budget),
+                                  rows.to_items(done), len(prompts), n, sp.max_new_tokens,
+                                  np.int32(config.pad_token_id or 0), stats)
     return _with_kept(rollouts, kept), extra
 
 
@@ -194,7 +194,7 @@ def _with_kept(rollouts: Rollouts, kept: list | None) -> Rollouts:
     return rollouts
 
 
-def _hand_over_prompt_pages(pools: list[PagePool], layout, source: np.ndarray,
+def hand_over_prompt_pages(pools: list[PagePool], layout, source: np.ndarray,
                             rows: shards_lib.Placement, unique_shard: np.ndarray) -> None:
     """The samples take a reference to their prompt's pages; the layout drops its own."""
     for row in rows.place:
@@ -209,7 +209,7 @@ def _check_resume(resume: dict | None, n: int, keep) -> dict:
     return resume or {}
 
 
-def _stats(configs, unique, layout, out, calls: int, rows: shards_lib.Placement,
+def call_stats(configs, unique, layout, out, calls: int, rows: shards_lib.Placement,
            pools: list[PagePool], page_size: int, stopped_early: bool) -> dict:
     """The call's work: tokens prefilled and decoded, steps, pages (`generate`)."""
     pages = sum(p.num_pages for p in pools)
@@ -265,7 +265,7 @@ def shard_layout(unique: list[list[int]], unique_shard: np.ndarray, sample_sourc
     return pools, layout, source
 
 
-def _distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.ndarray,
+def distinct(prompts: list[list[int]], n: int, share: bool, prompt_shard: np.ndarray,
               apart: set[int] = frozenset(),
               arms: np.ndarray | None = None) -> tuple[list, np.ndarray, np.ndarray]:
     """(the prompts to prefill, the shard of each, the prefilled prompt of each of the
@@ -375,7 +375,7 @@ def _decode_segments(decode: Callable, pools: list[PagePool], layout, source: np
     return outputs, own, done, False, (hidden, carry)
 
 
-def _rollouts(out, budget: np.ndarray, done: np.ndarray, num_prompts: int, n: int,
+def to_rollouts(out, budget: np.ndarray, done: np.ndarray, num_prompts: int, n: int,
               width: int, pad, stats: dict) -> tuple[Rollouts, dict]:
     """The joined segment outputs as Rollouts of the r = num_prompts·n real rows, cut to
     their budgets [r] (`done` [r]: finished rather than stopped early), and `extra`."""

@@ -81,7 +81,7 @@ def latr_generate(config: ModelConfig, params: dict, prompts, n: int,
     prompts = engine.check_prompts(config, prompts)
     r = len(prompts) * n
     rows = shards_lib.place(np.zeros(r, np.int64), 1)
-    unique, unique_shard, sample_source = flat._distinct(prompts, n, True, np.zeros(
+    unique, unique_shard, sample_source = flat.distinct(prompts, n, True, np.zeros(
         len(prompts), np.int64))
     segment_len = min(segment_len, page_size * -(-sp.max_new_tokens // page_size))
     gen_pages = -(-sp.max_new_tokens // segment_len) * (segment_len // page_size)
@@ -89,7 +89,7 @@ def latr_generate(config: ModelConfig, params: dict, prompts, n: int,
                                               page_size, gen_pages, config.pad_token_id or 0)
     (pool,) = pools
     hidden, cache = engine.prefill_layout(config, params, pool.num_pages, layout, source)
-    flat._hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
+    flat.hand_over_prompt_pages(pools, layout, source, rows, unique_shard)
     if exempt is None or not latr.keep_math_symbols:
         exempt = np.zeros(config.vocab_size, bool)
     stop_ids = engine.stop_token_ids(config, sp)
@@ -107,17 +107,17 @@ def latr_generate(config: ModelConfig, params: dict, prompts, n: int,
     tree = calls[-1][2]
     out, filled = _fill_at_end(out, np.asarray(tree.tree), np.asarray(tree.alive), n, r)
     counts = np.asarray(tree.counts)
-    stats = flat._stats((config,), unique, layout, out, len(calls), rows, pools, page_size,
-                        False)
+    stats = flat.call_stats((config,), unique, layout, out, len(calls), rows, pools,
+                            page_size, False)
     stats |= {"latr/born": int(counts[0]), "latr/pruned": int(counts[1]),
               "latr/suppressed": int(counts[2]), "latr/filled": int(counts[3]) + filled,
               "latr/decoded_tokens": int(counts[4]),
               "latr/end_step": int(tree.end)}
     done = np.ones(r, bool)
     budget = np.full(r, sp.max_new_tokens, np.int64)
-    rollouts, _ = flat._rollouts(engine.take_rows(out, rows.place), budget, done,
-                                 len(prompts), n, sp.max_new_tokens,
-                                 np.int32(config.pad_token_id or 0), stats)
+    rollouts, _ = flat.to_rollouts(engine.take_rows(out, rows.place), budget, done,
+                                   len(prompts), n, sp.max_new_tokens,
+                                   np.int32(config.pad_token_id or 0), stats)
     return rollouts
 
 

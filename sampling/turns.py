@@ -39,7 +39,7 @@ import numpy as np
 from models.config import ModelConfig
 from sampling import engine
 from sampling import shards as shards_lib
-from sampling.flat import _distinct, check_layout, shard_layout
+from sampling.flat import check_layout, distinct, shard_layout
 from sampling.kv_cache import extend_forward
 from sampling.page_pool import NULL_PAGE
 from sampling.params import SamplingParams
@@ -98,8 +98,8 @@ def generate_turns(config: ModelConfig, params: dict, prompts, n: int,
     stop_ids = engine.stop_token_ids(config, sp)
     r = len(prompts) * n
     rows = shards_lib.place(np.zeros(r, np.int64), 1)
-    unique, unique_shard, sample_source = _distinct(prompts, n, True, np.zeros(len(prompts),
-                                                                                np.int64))
+    unique, unique_shard, sample_source = distinct(prompts, n, True, np.zeros(len(prompts),
+                                                                               np.int64))
     seg_pages = segment_len // page_size
     # a row's pages: its tokens, a gap of < 1 page per turn end and per reply, and one
     # segment allocated ahead
