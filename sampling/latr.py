@@ -72,9 +72,11 @@ def latr_generate(config: ModelConfig, params: dict, prompts, n: int,
     """`n` completions of each prompt, `latr.width` of them grown by LATR (module doc).
 
     `exempt` [V] bool: the tokens `keep_math_symbols` exempts (`math_symbol_tokens`);
-    None exempts none. Returns Rollouts as `sampling.generate`, with stats latr/born,
-    latr/pruned, latr/suppressed (branches over a group's width), latr/filled and
-    latr/end_step (-1: the tree phase ran to the end)."""
+    None exempts none. Returns Rollouts as `sampling.generate` (whose decode_tokens stat
+    counts a shared prefix once per row that holds it), with stats latr/born,
+    latr/pruned, latr/suppressed (branches over a group's width), latr/filled,
+    latr/decoded_tokens (the row-steps decoded: a shared prefix once) and latr/end_step
+    (the step the tree phase ended; -1: it ran to the end)."""
     sp = sampling_params
     flat.check_layout(n, page_size, segment_len)
     check(n, sp, latr, exempt=exempt, vocab_size=config.vocab_size)
