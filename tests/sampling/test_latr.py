@@ -70,6 +70,7 @@ def replayed(peaked, request):
     return config, latr, ro, refs, reference
 
 
+@pytest.mark.slow
 def test_tree_phase_matches_the_authors_rules(replayed):
     _, latr, ro, refs, (groups, end, counts, margin) = replayed
     # the decode's probabilities and the reference's one full forward differ by rounding
@@ -92,6 +93,7 @@ def test_tree_phase_matches_the_authors_rules(replayed):
         assert ours[0] == theirs[0]  # the root keeps slot 0
 
 
+@pytest.mark.slow
 def test_every_row_reads_its_own_context(replayed):
     # a branch continues from copied pages and keys: its tokens' log-probs under one
     # full forward must be those the decode recorded (a wrong copy is off by O(1))
@@ -101,6 +103,7 @@ def test_every_row_reads_its_own_context(replayed):
                                    atol=fp32_atol(ref, config.mlp_dim), rtol=0)
 
 
+@pytest.mark.slow
 def test_plain_rows_draw_what_the_flat_sampler_draws(peaked):
     config, params = peaked
     prompts = prompts_of(4, [7, 5])

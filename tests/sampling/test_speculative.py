@@ -51,6 +51,7 @@ def assert_joint(samples, target):
         assert abs(got - want) <= 5 * np.sqrt(want * (1 - want) / N), (seq, got, want)
 
 
+@pytest.mark.slow
 def test_a_fixed_drafter_keeps_the_policys_distribution():
     target = chain(0)
     # an adversarial drafter: always proposes 1 then 2, right only sometimes
@@ -60,6 +61,7 @@ def test_a_fixed_drafter_keeps_the_policys_distribution():
     assert calls >= 2  # some drafts were rejected
 
 
+@pytest.mark.slow
 def test_a_sampling_drafter_keeps_the_policys_distribution():
     target, proposal = chain(1), chain(2)
 
