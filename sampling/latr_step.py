@@ -167,9 +167,12 @@ def pick(st: LatrState, latr: LatrConfig, sp: SamplingParams, stops, exempt, nee
     done = jnp.where(born, done[src], done)
     token, logp, raw = _tokens(logits, top_logit, top_id, lse, src, child, born & ~child,
                                on & st.tree, on, sp, key, ids)
-    older = st.order[src]  # a step's children are created in their parents' order
-    order = jnp.where(child, jnp.max(st.order) + 1 + jnp.sum(
-        child[None] & (older[None] < older[:, None]), axis=1), st.order)
+    def created():  # a step's children are created in their parents' order
+        older = st.order[src]
+        return jnp.where(child, jnp.max(st.order) + 1 + jnp.sum(
+            child[None] & (older[None] < older[:, None]), axis=1), st.order)
+
+    order = jax.lax.cond(jnp.any(child), created, lambda: st.order)  # [S, S] only then
     history = st.history[src].at[:, st.t % st.history.shape[1]].set(
         jnp.where(done, latr_rules.STOPPED, token))
     st = dataclasses.replace(
