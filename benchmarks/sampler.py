@@ -9,7 +9,11 @@
     tokens (`--long_preset`, default small): page attention that reads the
     shared prompt once per group ("shared_prefix") vs the former per-row
     dense-view decode ("dense_view") vs transformers `generate`; tokens/s
-    (prefill included on every side) and peak memory.
+    (prefill included on every side) and peak memory;
+(e) speculative decoding with n-gram drafts vs plain decoding on a long-answer
+    shape (`--spec_shape`, default 2 prompts x 1,024 new tokens on `small`):
+    greedy, where a random model's repetitive text gets its drafts accepted (the
+    tokens must match plain decoding's), and temperature 1, where they are not.
 
     python benchmarks/sampler.py --json
     python benchmarks/sampler.py --only=a --flat_shapes=16x32x64
@@ -42,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import models
-from sampling import SamplingParams, TreeConfig, generate, tree_generate
+from sampling import SamplingParams, SpecConfig, TreeConfig, generate, tree_generate
 
 
 def _timed(fn):
@@ -241,14 +245,45 @@ def bench_prompt_sharing(config, params, prompts_n, prompt_len, group, new, repe
          "speedup": round(t_u / t_s, 3), "repeats": repeats})
 
 
+def bench_speculative(config, params, preset, shape, draft_len, temperature, repeats, log):
+    """(e) speculative decoding (n-gram drafts) vs plain decoding, same prompts and key."""
+    prompts_n, prompt_len, new = shape
+    prompts = np.random.default_rng(3).integers(0, config.vocab_size,
+                                                (prompts_n, prompt_len)).tolist()
+    sp = SamplingParams(temperature=temperature, max_new_tokens=new)
+    spec = SpecConfig(draft_len=draft_len)
+    res = _alternate({
+        "plain": lambda: generate(config, params, prompts, 1, sp, jax.random.key(0),
+                                  segment_len=256),
+        "speculative": lambda: generate(config, params, prompts, 1, sp, jax.random.key(0),
+                                        segment_len=256, speculative=spec),
+    }, repeats)
+    (t_p, rp, _), (t_s, rs, _) = res["plain"], res["speculative"]
+    s = rs.stats
+    log({"benchmark": "speculative_vs_plain", "preset": preset, "prompts": prompts_n,
+         "prompt_len": prompt_len, "new_tokens": new, "temperature": temperature,
+         "draft_len": draft_len, "token_match": float((rs.tokens == rp.tokens).mean()),
+         "plain_tokens_per_s": round(int(rp.lengths.sum()) / t_p, 1),
+         "speculative_tokens_per_s": round(int(rs.lengths.sum()) / t_s, 1),
+         "speedup": round((rs.lengths.sum() / t_s) / (rp.lengths.sum() / t_p), 3),
+         "tokens_per_forward": round(s["spec/tokens"] / max(s["spec/row_forwards"], 1), 2),
+         "acceptance": round(s["spec/accepted"] / max(s["spec/proposed"], 1), 3),
+         "plain_median_s": round(t_p, 3), "speculative_median_s": round(t_s, 3),
+         "repeats": repeats})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--preset", default="tiny", help="model preset")
-    parser.add_argument("--only", default="a,b,c,d", help="which comparisons: a, b, c, d")
+    parser.add_argument("--only", default="a,b,c,d,e", help="which comparisons: a, b, c, d, e")
     parser.add_argument("--long_preset", default="small", help="(d) model preset")
     parser.add_argument("--flat_shapes", default="16x32x64,64x128x256",
                         help="(a) PROMPTSxPROMPT_LENxNEW_TOKENS, comma-separated")
+    parser.add_argument("--spec_preset", default="small", help="(e) model preset")
+    parser.add_argument("--spec_shape", default="2x32x1024",
+                        help="(e) PROMPTSxPROMPT_LENxNEW_TOKENS, one sample per prompt")
+    parser.add_argument("--draft_len", type=int, default=8, help="(e) drafted tokens per forward")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per side")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
     args = parser.parse_args(argv)
@@ -277,6 +312,13 @@ def main(argv=None) -> int:
         bench_long_prompt_decode(long_config, long_params, args.long_preset, prompts_n=4,
                                  prompt_len=1024, group=16, new=256, repeats=args.repeats,
                                  threads=args.threads, log=log)
+    if "e" in only:
+        spec_config = models.get_preset(args.spec_preset)
+        spec_params = models.init(spec_config, jax.random.key(0))
+        shape = tuple(int(x) for x in args.spec_shape.lower().split("x"))
+        for temperature in (0.0, 1.0):  # greedy: drafts accepted; 1.0: the cost when not
+            bench_speculative(spec_config, spec_params, args.spec_preset, shape,
+                              args.draft_len, temperature, args.repeats, log)
     return 0
 
 

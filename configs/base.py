@@ -218,6 +218,12 @@ def sampling_section() -> ml_collections.ConfigDict:
     s.latr = _options(mix_schedule=str, abs_threshold=float, rel_threshold=float,
                       lookahead=str, prune_distance=float, fill_init=float, fill_decay=float,
                       max_steps=int, keep_math_symbols=bool)
+    # speculative: the flat sampler drafts and verifies several tokens per forward, exactly
+    # the policy's distribution (docs/sampling.md). enable=True turns it on; the other
+    # fields are sampling.SpecConfig's (None = its default): draft_len, ngram_max/min/rows
+    # (the n-gram drafter), max_rows (speculate once at most this many rows run; 0 = always)
+    s.speculative = _options(enable=bool, draft_len=int, ngram_max=int, ngram_min=int,
+                             ngram_rows=int, max_rows=int)
     return s
 
 

@@ -1,5 +1,5 @@
-"""Generation engine: paged KV cache, flat group sampler, LATR branching, TreePO tree
-sampler, two-policy lockstep sampler, multi-turn rollouts.
+"""Generation engine: paged KV cache, flat group sampler, speculative decoding, LATR
+branching, TreePO tree sampler, two-policy lockstep sampler, multi-turn rollouts.
 
     from sampling import generate, SamplingParams
     rollouts = generate(config, params, prompts, n=8,
@@ -15,9 +15,10 @@ from sampling.latr_step import LatrConfig
 from sampling.lockstep import Lockstep, MixRule, lockstep_generate
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
+from sampling.spec_decode import SpecConfig
 from sampling.tree import TreeConfig, tree_generate
 from sampling.turns import TurnEnd, generate_turns
 
-__all__ = ["LatrConfig", "Lockstep", "MixRule", "Rollouts", "SamplingParams", "TreeConfig",
-           "TurnEnd", "generate", "generate_turns", "latr_generate", "lockstep_generate",
-           "tree_generate"]
+__all__ = ["LatrConfig", "Lockstep", "MixRule", "Rollouts", "SamplingParams", "SpecConfig",
+           "TreeConfig", "TurnEnd", "generate", "generate_turns", "latr_generate",
+           "lockstep_generate", "tree_generate"]

@@ -140,14 +140,21 @@ def decode_options(backend: str) -> dict | None:
 
 def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
                donate_argnums: tuple[int, ...]) -> Callable:
-    """`fn` jitted once per backend with `decode_options` (a decode program); the
-    returned callable's `.program(backend)` is that backend's jitted function."""
+    """`fn` jitted once per backend with `decode_options` (a decode program), its page
+    attention traced with `paged_attention.partials_for(backend)` (on TPU the Pallas
+    kernel); the returned callable's `.program(backend)` is that backend's jitted
+    function (`.lower` it for another backend's devices)."""
     programs: dict[str, Callable] = {}
 
     def program(backend: str) -> Callable:
         """The jitted program for `backend` (`.lower` it for another backend's devices)."""
         if backend not in programs:
-            programs[backend] = jax.jit(fn, static_argnums=static_argnums,
+            @functools.wraps(fn)
+            def traced(*args):  # page attention by the backend's partials (TPU: a kernel)
+                with paged_attention.partials(paged_attention.partials_for(backend)):
+                    return fn(*args)
+
+            programs[backend] = jax.jit(traced, static_argnums=static_argnums,
                                         donate_argnums=donate_argnums,
                                         compiler_options=decode_options(backend))
         return programs[backend]

@@ -34,12 +34,13 @@ import numpy as np
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import arms as arms_lib
-from sampling import engine, row_kv
+from sampling import engine, row_kv, spec_decode
 from sampling import shards as shards_lib
 from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
 from sampling.params import SamplingParams
 from sampling.rollouts import Rollouts
+from sampling.spec_decode import SpecConfig
 
 DEFAULT_PAGE_SIZE = 16
 DEFAULT_SEGMENT_LEN = 64
@@ -53,7 +54,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
              max_new_tokens_per_row: np.ndarray | None = None,
              attention: str = "shared_prefix",
              sharding: ActivationSharding | None = None, resume: dict | None = None,
-             keep_partial: bool = False, arms: np.ndarray | None = None) -> Rollouts:
+             keep_partial: bool = False, arms: np.ndarray | None = None,
+             speculative: SpecConfig | None = None) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -76,7 +78,10 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     the samples of an arm draw the random numbers they would draw in a call of their
     own (their index among the arm's samples), and identical prompts of two arms do not
     share pages. With `arms`, `rng` may be keys [K], arm k drawing from key k, so every
-    arm samples exactly what a call of its own with its key samples.
+    arm samples exactly what a call of its own with its key samples. `speculative`
+    (`sampling.spec_decode.SpecConfig`): decode calls with few enough running rows
+    draft and verify several tokens per forward (no arms or kept caches);
+    stats add its counts (`spec/*`).
     """
     sp = sampling_params
     keyed = arms_lib.keyed(rng, arms)
@@ -90,6 +95,9 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
         return engine.decode(config, arms_lib.rows_of(params, arms), cache, state, rng, seg,
                              limit, sp, steps, stop_ids, attention, sharding)
 
+    if speculative is not None:
+        decode = _speculative(config, params, prompts, n, sp, rng, stop_ids, speculative,
+                              decode, sharding, arms, resume, keep_partial)
     keep = None
     if resume or keep_partial:
         keep = (row_kv.put, lambda carry, hidden, where: (
@@ -99,7 +107,27 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                              stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
                              shards=shards_lib.of(sharding).count, resume=resume, keep=keep,
                              arms=arms, keyed=keyed)
+    if speculative is not None:
+        rollouts.stats.update(decode.calls.stats)
     return rollouts
+
+
+def _speculative(config, params, prompts, n, sp, rng, stop_ids, spec: SpecConfig, plain,
+                 sharding, arms, resume, keep_partial) -> Callable:
+    """`generate`'s decode with speculative calls (`sampling.spec_decode.Calls`); its
+    `.calls` holds the counts."""
+    if arms is not None or resume or keep_partial:
+        raise ValueError("speculative decoding runs without arms, resumed rows or kept "
+                         "caches")
+    calls = spec_decode.Calls(engine.check_prompts(config, prompts), n, sp.max_new_tokens,
+                              spec)
+
+    def decode(cache, state, seg, limit, steps, arms=None):
+        return calls(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids,
+                     plain, sharding)
+
+    decode.calls = calls
+    return decode
 
 
 def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from models import paged_attention
 from models.sharding import ActivationSharding
 from sampling.layout import row_bucket
 
@@ -71,12 +72,20 @@ def local(shards: Shards, fn: Callable, args: Sequence[str], out: str) -> Callab
     with one shard. `args` (one per argument) and `out` name how each is split:
     "pool" a tree of [L, P|S, ...] arrays on its second dim (pools, per-row tails),
     "rows" a tree of [S, ...] / [G, ...] arrays on its first (PageRows, rows' q/k/v),
-    "whole" not at all (a step index)."""
+    "whole" not at all (a step index).
+
+    With the page attention's Pallas kernel (`paged_attention.partials`, TPU) a mesh of
+    one batch shard runs `fn` under `shard_map` too, over its size-1 batch axes: a Mosaic
+    kernel runs only where every axis is manual (`models.pallas_attention`)."""
+    axes = shards.axes
     if shards.count == 1:
-        return fn
+        if shards.sharding is None or paged_attention.current_partials() == "jax":
+            return fn
+        axes = tuple(dict(shards.sharding.rules)["batch"])
+        shards = dataclasses.replace(shards, axes=axes)
     specs = {"pool": shards.pool_spec, "rows": shards.spec, "whole": PartitionSpec()}
     return jax.shard_map(fn, mesh=shards.sharding.mesh, in_specs=tuple(specs[a] for a in args),
-                         out_specs=specs[out], axis_names=set(shards.axes))
+                         out_specs=specs[out], axis_names=set(axes))
 
 
 def pool_axes(shards: Shards) -> tuple:

@@ -113,7 +113,12 @@ def ngram_draft(history: jax.Array, lengths: jax.Array, members: jax.Array, n_ma
     member, end = jnp.maximum(best, 0) // t, jnp.maximum(best, 0) % t
     rows = jnp.arange(b)
     j = jnp.arange(k)[None]
-    draft = jnp.take_along_axis(text[rows, member], jnp.minimum(end[:, None] + j, t - 1), axis=1)
     available = jnp.where(best >= 0, text_len[rows, member] - end, 0)
-    proposed = jnp.clip(available, 0, k).astype(jnp.int32)
+    # in the row's own text the match's continuation runs into the row's end: the text
+    # since the match repeats (period `available`), as a repeating pattern would go on
+    own = (member == 0)[:, None] & (available > 0)[:, None]
+    step = jnp.where(own, j % jnp.maximum(available, 1)[:, None], j)
+    draft = jnp.take_along_axis(text[rows, member], jnp.minimum(end[:, None] + step, t - 1),
+                                axis=1)
+    proposed = jnp.clip(jnp.where(own[:, 0], k, available), 0, k).astype(jnp.int32)
     return jnp.where(j < proposed[:, None], draft, 0).astype(jnp.int32), proposed

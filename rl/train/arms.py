@@ -56,9 +56,10 @@ def check(run: Run) -> None:
                "to factored or auto, not merge")
     elif cfg.rollout.mode != "sync" or cfg.rollout.april:
         why = "arms sample synchronously: set rollout.mode=sync and rollout.april=False"
-    elif run.tree is not None or run.latr is not None or run.env is not None:
+    elif (run.tree is not None or run.latr is not None or run.env is not None
+          or run.speculative is not None):
         why = ("arms sample flat single-turn batches (no tree or latr sampler, no "
-               "multi-turn env)")
+               "multi-turn env, no speculative decoding)")
     elif multihost.process_count() > 1:
         why = "a group of arms runs in one process"
     if why is not None:

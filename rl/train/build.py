@@ -40,7 +40,7 @@ from rl.data.from_config import make_selector, make_sources
 from rl.envs.sandbox import SandboxError
 from rl.registry import RegistryError, set_options
 from rl.rewards import RewardInputError, latex
-from rl.train import adapters, checks, latr_plan, multiturn
+from rl.train import adapters, checks, latr_plan, multiturn, speculation
 from rl.train import learner as learner_lib
 from sampling import SamplingParams, TreeConfig
 from sampling.flat import check_layout
@@ -78,6 +78,8 @@ class Run:
     lora: adapters.Settings | None = None
     # sampling.sampler=latr: the LATR settings and mix schedule (rl.train.latr_plan)
     latr: latr_plan.LatrPlan | None = None
+    # sampling.speculative.enable: the flat sampler's speculative decoding
+    speculative: object | None = None  # sampling.spec_decode.SpecConfig
 
     @property
     def samples_per_prompt(self) -> int:
@@ -268,7 +270,8 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
     selector = make_selector(cfg.data, train, int(cfg.sampling.n))
     rollout_act = (sharding.ActivationSharding(sampler_mesh, rules) if sampler_mesh is not None
                    else run.act)
-    return dataclasses.replace(run, selector=selector, rollout_act=rollout_act,
+    spec = speculation.resolve(cfg)
+    return dataclasses.replace(run, selector=selector, rollout_act=rollout_act, speculative=spec,
                                env=multiturn.environment(cfg, tokenizer))
 
 

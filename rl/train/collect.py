@@ -43,7 +43,7 @@ import numpy as np
 
 from rl.data import selectors
 from rl.data.sources import example_from_json, process_batches
-from rl.train import april, fission, latr_plan, multiturn
+from rl.train import april, fission, latr_plan, multiturn, speculation
 from rl.train.groups import Groups, all_alike, finish_rewards
 from rl.train.scoring import submit_rollouts
 
@@ -163,6 +163,8 @@ class Collector:
             stats.update(tree_stats([r for r, _, whole in sampled if whole]))
         if self.run.latr is not None:
             stats.update(latr_plan.stats([r for r, _, _ in sampled]))
+        if self.run.speculative is not None:
+            stats.update(speculation.stats([r for r, _, _ in sampled]))
         stats.update(multiturn.episode_stats([r for r, _, _ in sampled]))
         return kept, stats, lambda: finish_rewards(kept, sampled, stats), rng
 

@@ -200,7 +200,8 @@ class Trainer(LogProbStreams):
                                           exempt=run.latr.exempt)
         return sampling.generate(run.model_config, params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
-                                 segment_len=s.segment_len, sharding=act, **flat)
+                                 segment_len=s.segment_len, sharding=act,
+                                 speculative=run.speculative, **flat)
 
     def policy(self) -> Any:
         """The policy's params: the state's, or with LoRA the base with its adapters."""

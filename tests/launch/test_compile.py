@@ -81,6 +81,8 @@ def test_tiny_step_compiles_for_v5e_2x2(tmp_path, as_launch_compile):
     assert run_.mesh.size == 4 and run_.mesh.devices.flat[0].platform == "tpu"
     lowered = programs.lower_step(run_, prompt_len=20)
     assert list(lowered) == list(programs.PROGRAMS)
+    # on TPU the decode reads pages through the Pallas kernel (models.pallas_attention)
+    assert "paged_partial" in lowered["decode"].as_text()
     executables = {name: low.compile() for name, low in lowered.items()}
     figures = {name: compiled.Figures.of(c) for name, c in executables.items()}
     for name, f in figures.items():

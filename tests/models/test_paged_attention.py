@@ -42,38 +42,47 @@ def _case(rng, group_sizes, shared_pages, own_pages, seg_pages, step):
     return cache, rows, (q, k, v), layer, _reference(cache, rows, (q, k, v), layer, step)
 
 
-def _reference(cache, rows, qkv, layer, step):
-    """[S, K·Q, Dh] float64 softmax attention of each row over its whole context."""
+def _context(cache, rows, layer, r, step):
+    """Row r's keys and values [N, K, Dh] float64: group pages, own pages, tail < step."""
     pool_k, pool_v, tail_k, tail_v = (np.asarray(x, np.float64) for x in cache)
-    q, k, v = (np.asarray(x, np.float64) for x in qkv)
-    s = q.shape[0]
     shared_pages, own_pages = rows.group_tables.shape[1], (
         0 if rows.own_tables is None else rows.own_tables.shape[1])
-    expected = np.zeros((s, K * Q, DH))
-    for r in range(s):
-        gi = rows.row_group[r]
-        keys, values = [], []
-        for slot in range(shared_pages * PS):
-            if slot >= rows.group_offsets[gi]:
-                page = rows.group_tables[gi, slot // PS]
-                keys.append(pool_k[layer, page, :, :, slot % PS])
-                values.append(pool_v[layer, page, :, slot % PS])
-        for slot in range(own_pages * PS):
-            page = rows.own_tables[r, slot // PS]
+    gi = rows.row_group[r]
+    keys, values = [], []
+    for slot in range(shared_pages * PS):
+        if slot >= rows.group_offsets[gi]:
+            page = rows.group_tables[gi, slot // PS]
             keys.append(pool_k[layer, page, :, :, slot % PS])
             values.append(pool_v[layer, page, :, slot % PS])
-        for column in range(step):
-            keys.append(tail_k[layer, r, :, :, column])
-            values.append(tail_v[layer, r, :, column])
-        keys.append(k[r, 0])
-        values.append(v[r, 0])
-        keys, values = np.stack(keys), np.stack(values)
-        for h in range(K * Q):
-            scores = keys[:, h // Q] @ q[r, 0, h] / np.sqrt(DH)
-            p = np.exp(scores - scores.max())
-            expected[r, h] = (p / p.sum()) @ values[:, h // Q]
-    return expected
+    for slot in range(own_pages * PS):
+        page = rows.own_tables[r, slot // PS]
+        keys.append(pool_k[layer, page, :, :, slot % PS])
+        values.append(pool_v[layer, page, :, slot % PS])
+    for column in range(step):
+        keys.append(tail_k[layer, r, :, :, column])
+        values.append(tail_v[layer, r, :, column])
+    return keys, values
 
+
+def _softmax(keys, values, q):
+    """[K·Q, Dh] one query [K·Q, Dh] over keys/values (lists of [K, Dh])."""
+    keys, values = np.stack(keys), np.stack(values)
+    out = np.zeros((K * Q, DH))
+    for h in range(K * Q):
+        scores = keys[:, h // Q] @ q[h] / np.sqrt(DH)
+        p = np.exp(scores - scores.max())
+        out[h] = (p / p.sum()) @ values[:, h // Q]
+    return out
+
+
+def _reference(cache, rows, qkv, layer, step):
+    """[S, K·Q, Dh] float64 softmax attention of each row over its whole context."""
+    q, k, v = (np.asarray(x, np.float64) for x in qkv)
+    expected = np.zeros((q.shape[0], K * Q, DH))
+    for r in range(q.shape[0]):
+        keys, values = _context(cache, rows, layer, r, step)
+        expected[r] = _softmax(keys + [k[r, 0]], values + [v[r, 0]], q[r, 0])
+    return expected
 
 
 @pytest.mark.parametrize("group_sizes,shared_pages,own_pages,seg_pages,step", [
@@ -82,8 +91,11 @@ def _reference(cache, rows, qkv, layer, step):
     ([5], 1, 1, 2, 6),           # one group, the step on the call's second page
     ([1, 1, 1], 2, 1, 1, 2),     # no group has two rows: one pass per row
 ])
+@pytest.mark.parametrize("partials", ["jax", "pallas_interpret"])
 def test_decode_attend_equals_a_softmax_over_the_whole_context(group_sizes, shared_pages,
-                                                               own_pages, seg_pages, step):
+                                                               own_pages, seg_pages, step,
+                                                               partials):
+    """Plain JAX, and the TPU kernel (`models.pallas_attention`) in Pallas' interpreter."""
     rng = np.random.default_rng(sum(group_sizes) + step)
     cache, rows, (q, k, v), layer, expected = _case(rng, group_sizes, shared_pages, own_pages,
                                                     seg_pages, step)
@@ -91,7 +103,8 @@ def test_decode_attend_equals_a_softmax_over_the_whole_context(group_sizes, shar
     attend = paged_attention.decode_attend(jax.tree.map(jnp.asarray, rows), step,
                                            (pool_k, pool_v), (tail_k, tail_v))
     new = paged_attention.new_kv((pool_k, pool_v), q.shape[0])
-    out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
+    with paged_attention.partials(partials):
+        out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
     # fp32 scores and sums over <= 90 keys of unit-variance data: ~1e-6 relative
     np.testing.assert_allclose(np.asarray(out)[:, 0], expected, rtol=2e-5, atol=2e-5)
     np.testing.assert_array_equal(np.asarray(new[0])[layer], k[:, 0])
@@ -170,3 +183,41 @@ def test_group_and_row_partials_agree():
     np.testing.assert_allclose(o.reshape(K, r, Q, DH).transpose(1, 0, 2, 3), o2, rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(m.reshape(K, r, Q).transpose(1, 0, 2), m2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("group_sizes,shared_pages,own_pages,seg_pages", [
+    ([4, 4], 3, 0, 3),           # flat: G samples of 2 prompts, first call
+    ([1, 3, 2], 4, 2, 2),        # groups of 1-3 rows, earlier own pages
+])
+def test_chunk_attend_is_causal_over_the_context_and_rows_tails_up_to_their_start(
+        group_sizes, shared_pages, own_pages, seg_pages):
+    rng = np.random.default_rng(len(group_sizes))
+    cache, rows, _, layer, _ = _case(rng, group_sizes, shared_pages, own_pages, seg_pages, 0)
+    s, c = sum(group_sizes), 3
+    start = rng.integers(0, seg_pages * PS - c + 1, s).astype(np.int32)  # per row
+    q = rng.standard_normal((s, c, K * Q, DH)).astype(np.float32)
+    k = rng.standard_normal((s, c, K, DH)).astype(np.float32)
+    v = rng.standard_normal((s, c, K, DH)).astype(np.float32)
+    pool_k, pool_v, tail_k, tail_v = map(jnp.asarray, cache)
+    attend = paged_attention.chunk_attend(jax.tree.map(jnp.asarray, rows), jnp.asarray(start),
+                                          (pool_k, pool_v), (tail_k, tail_v))
+    new = paged_attention.new_chunk_kv((pool_k, pool_v), s, c)
+    out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
+    expected = np.zeros((s, c, K * Q, DH))
+    for r in range(s):
+        keys, values = _context(cache, rows, layer, r, start[r])
+        for j in range(c):
+            expected[r, j] = _softmax(keys + list(np.asarray(k[r, :j + 1], np.float64)),
+                                      values + list(np.asarray(v[r, :j + 1], np.float64)),
+                                      np.asarray(q[r, j], np.float64))
+    # fp32 scores and sums over <= 80 keys of unit-variance data: ~1e-6 relative
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=2e-5, atol=2e-5)
+    stored = paged_attention.store_chunk((tail_k, tail_v), new, jnp.asarray(start))
+    got_k, got_v = map(np.asarray, stored)
+    for r in range(s):
+        cols = slice(start[r], start[r] + c)
+        np.testing.assert_array_equal(got_k[layer, r, :, :, cols], k[r].transpose(1, 2, 0))
+        np.testing.assert_array_equal(got_v[layer, r, :, cols], v[r].transpose(1, 0, 2))
+        rest = np.ones(seg_pages * PS, bool)
+        rest[cols] = False  # the other columns keep what they held
+        np.testing.assert_array_equal(got_k[:, r, :, :, rest], np.asarray(tail_k)[:, r, :, :, rest])

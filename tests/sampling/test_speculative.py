@@ -109,11 +109,14 @@ def ngram_reference(history, lengths, members, n_max, k, n_min=1):
                 text = list(history[s, :lengths[s]])
                 ends = [e for e in range(n, len(text)) if text[e - n:e] == tail]
                 if ends:
-                    hit = (text, max(ends))
+                    hit = (text, max(ends), s == r)
                     break
             if hit is not None:
-                text, end = hit
+                text, end, own = hit
                 got = text[end:end + k]
+                if own:  # the row's own text: what follows the match repeats
+                    period = text[end:]
+                    got = [period[j % len(period)] for j in range(k)]
                 draft[r, :len(got)], proposed[r] = got, len(got)
                 break
     return draft, proposed

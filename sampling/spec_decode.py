@@ -1,0 +1,331 @@
+"""Speculative decode calls: each row advances by a verified draft per policy forward.
+
+A call of `decode` here replaces `engine.decode` for one segment (same inputs, same
+outputs: up to `steps` tokens per row, the call's keys written to its segment pages,
+the final hidden states). Its first token is drawn from the rows' hidden states as
+plain decoding draws it; then every iteration
+
+  1. drafts up to k tokens per row (`SpecConfig.drafter`: `speculative.ngram_draft`
+     over the row's own text and its group's, or a small model's own decode);
+  2. runs the pending token and the drafts, [y, d1..dk], through the policy in one
+     forward over the pages (`models.paged_attention.chunk_attention`: the chunk's
+     queries read the group's shared pages once, the row's own pages, its tail and
+     the chunk causally), giving the sampling distribution at each of the k + 1
+     positions (`processors.sampling_logprobs`, every filter applied);
+  3. keeps a prefix of the drafts by the lossless rule (`speculative.verify`) and
+     appends one token of the policy's own, cut at a stop token and at the row's
+     budget; the kept tokens' keys stay in the row's tail, the rest are overwritten
+     (a row's tail is read up to its own count: rows advance by different counts).
+
+The last emitted token is run through the policy once more when the loop ends, so
+the call leaves what plain decoding leaves: every token's keys in the pages and the
+hidden state of the last one. The tokens are distributed exactly as plain sampling's
+(not drawn with the same random numbers); greedy decoding gives identical tokens.
+`stats` counts, over the call: row-forwards of running rows, drafts proposed and
+drafts kept (tokens per forward = tokens / row-forwards).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+from models import paged_attention
+from models.config import ModelConfig
+from models.sharding import ActivationSharding
+from sampling import engine, processors, speculative
+from sampling import shards as shards_lib
+from sampling.kv_cache import KVCache, head_logits
+from sampling.outputs import RUNNING, STOP, DecodeOutput
+from sampling.params import SamplingParams
+
+DRAFTERS = ("ngram",)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding (`sampling.speculative.*` in a run's config).
+
+    draft_len: k, the most tokens drafted per row and iteration (the verify forward
+      runs k + 1 tokens per row).
+    drafter: "ngram" (prompt lookup over the row's and its group's text).
+    ngram_max / ngram_min: the longest and shortest suffix the n-gram drafter matches.
+    ngram_rows: the most rows of its group (itself first, then its nearest siblings) a
+      row's n-gram drafter searches.
+    max_rows: a decode call runs speculatively when at most this many rows are still
+      running (0: always). At large batch a forward of k + 1 tokens per row costs up to
+      k + 1 times one token's, so speculation pays in the small-batch tail of a rollout
+      (EfficientRollout's switch).
+    """
+
+    draft_len: int = 4
+    drafter: str = "ngram"
+    ngram_max: int = 3
+    ngram_min: int = 1
+    ngram_rows: int = 8
+    max_rows: int = 0
+
+    def __post_init__(self):
+        def whole(name, low):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+                raise ValueError(f"speculative.{name} must be an int >= {low}, got {value!r}")
+
+        whole("draft_len", 1)
+        whole("ngram_min", 1)
+        whole("ngram_max", 1)
+        whole("ngram_rows", 1)
+        whole("max_rows", 0)
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"speculative.drafter must be one of {DRAFTERS}, got "
+                             f"{self.drafter!r}")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(f"speculative.ngram_min ({self.ngram_min}) must be <= ngram_max "
+                             f"({self.ngram_max})")
+
+    def runs(self, running: int) -> bool:
+        """Whether a call with `running` rows still going runs speculatively."""
+        return self.max_rows == 0 or running <= self.max_rows
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Texts:
+    """What the n-gram drafter reads, [S, ...] device arrays.
+
+    tokens:  [S, T] int32 each row's tokens so far (prompt, then what earlier calls
+             emitted), left-aligned; T leaves room for the call's tokens.
+    lengths: [S] int32.
+    members: [S, M] int32 the rows each row searches, itself first (-1: unused).
+    """
+
+    tokens: jax.Array
+    lengths: jax.Array
+    members: jax.Array
+
+
+def _record(out: DecodeOutput, tokens, logp, raw, at, emit) -> DecodeOutput:
+    """out's columns at[s] + j = tokens/logp/raw [S, C] for j < emit[s]."""
+    s, c = tokens.shape
+    width = out.tokens.shape[1]
+    j = jnp.arange(c)[None]
+    cols = jnp.where(j < emit[:, None], at[:, None] + j, width)
+    rows = jnp.arange(s)[:, None]
+
+    def put(buf, x):
+        return buf.at[rows, cols].set(x.astype(buf.dtype), mode="drop")
+
+    return dataclasses.replace(out, tokens=put(out.tokens, tokens),
+                               logprobs=put(out.logprobs, logp),
+                               raw_logprobs=put(out.raw_logprobs, raw),
+                               num_tokens=out.num_tokens + emit)
+
+
+def _forward(config, decoder, pages, pool, tails, chunk, start, positions, sharding):
+    """The policy over chunk [S, C] at tail columns start.. -> (hidden [S, C, D], tails).
+    The page lookups run per batch shard (`sampling.shards.local`)."""
+    fused, _ = decoder
+    s, c = chunk.shape
+    shards = shards_lib.of(sharding)
+    pos = (positions + start)[:, None] + jnp.arange(c, dtype=jnp.int32)[None]
+    layer = shards_lib.local(shards, paged_attention.chunk_attention, ("rows",) * 7, "rows")
+    attend = paged_attention.chunk_attend(pages, start, pool, tails, layer)
+    hidden, new = models.run_layers(config, fused, chunk, pos, attend,
+                                    paged_attention.new_chunk_kv(pool, s, c), scan=True,
+                                    sharding=sharding)
+    return hidden, shards_lib.constrain_pool(paged_attention.store_chunk(tails, new, start),
+                                             shards)
+
+
+def _emitted(tokens, accepted, room, active, stops):
+    """(emit [S] tokens kept: the accepted drafts and the policy's token, cut after a stop
+    token and at `room`; stopped [S])."""
+    c = tokens.shape[1]
+    emit = jnp.minimum(accepted + 1, room)
+    hit = jnp.isin(tokens, stops) & (jnp.arange(c)[None] < emit[:, None])
+    stopped = active & jnp.any(hit, axis=1)
+    emit = jnp.where(stopped, jnp.argmax(hit, axis=1) + 1, emit)
+    return jnp.where(active, emit, 0).astype(jnp.int32), stopped
+
+
+def _token_logps(logits, target, tokens):
+    """(the tokens' log-probs under the sampling distribution, under the raw model)."""
+    raw = jax.nn.log_softmax(logits, axis=-1)
+    take = lambda lp: jnp.take_along_axis(lp, tokens[..., None], axis=-1)[..., 0]  # noqa: E731
+    return take(target), take(raw)
+
+
+def _append(texts: Texts, tokens, emit) -> Texts:
+    """The row texts with tokens [S, C] (the first emit[s]) appended."""
+    s, c = tokens.shape
+    j = jnp.arange(c)[None]
+    cols = jnp.where(j < emit[:, None], texts.lengths[:, None] + j, texts.tokens.shape[1])
+    return dataclasses.replace(
+        texts, tokens=texts.tokens.at[jnp.arange(s)[:, None], cols].set(tokens, mode="drop"),
+        lengths=texts.lengths + emit)
+
+
+def _first_token(head, state, texts: Texts, call_rng, sampling, limit, stops, steps: int,
+                 pad):
+    """The call's first token, drawn from the rows' hidden states as plain decoding draws
+    it -> (token [S], the output with it, the texts with it, stopped [S])."""
+    s = state.done.shape[0]
+    out = DecodeOutput(tokens=jnp.full((s, steps), pad, jnp.int32),
+                       logprobs=jnp.zeros((s, steps), jnp.float32),
+                       raw_logprobs=jnp.zeros((s, steps), jnp.float32),
+                       num_tokens=jnp.zeros(s, jnp.int32), finish=jnp.full(s, RUNNING, jnp.int32),
+                       steps=jnp.int32(0), extra={})
+    active = ~state.done & (limit > 0)
+    y, logp, raw = processors.sample(head_logits(head, state.hidden),
+                                     jax.random.fold_in(call_rng, 0), sampling, state.ids)
+    emit = active.astype(jnp.int32)
+    out = _record(out, y[:, None], logp[:, None], raw[:, None], jnp.zeros(s, jnp.int32), emit)
+    return y, out, _append(texts, y[:, None], emit), active & jnp.isin(y, stops)
+
+
+def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.RowState,
+            rng: jax.Array, call: jax.Array, limit: jax.Array, sampling: SamplingParams,
+            steps: int, stop_ids: tuple[int, ...], spec: SpecConfig, texts: Texts,
+            sharding: ActivationSharding | None = None):
+    """Up to min(steps, limit) tokens per row by speculative decoding (module doc).
+    `sharding`: rows over the batch axes, heads over `tensor`, the page lookups per batch
+    shard and the weights used where they are, as `engine.decode_loop` does.
+    Returns (DecodeOutput, final hidden [S, D], cache, stats [3] int32)."""
+    engine.TRACE_COUNTS["spec_decode"] += 1
+    pages = state.pages
+    s = pages.row_group.shape[0]
+    k = spec.draft_len
+    pad = jnp.int32(config.pad_token_id or 0)
+    decoder = (params if sharding is not None
+               else dict(params, layers=models.fuse_layers(config, params["layers"])),
+               models.output_matrix(config, params))
+    pool = (cache.k, cache.v)
+    tail_pages = -(-(steps + k + 1) // cache.page_size)
+    tails = shards_lib.constrain_pool(paged_attention.init_tail(pool, dataclasses.replace(
+        pages, segment_tables=jnp.zeros((s, tail_pages), jnp.int32))), shards_lib.of(sharding))
+    stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+    call_rng = processors.fold_in(rng, call)
+    limit = jnp.minimum(jnp.int32(steps), limit)
+    y, out, texts, stopped = _first_token(decoder[1], state, texts, call_rng, sampling, limit,
+                                          stops, steps, pad)
+    done = state.done | stopped | (out.num_tokens >= limit)
+
+    def body(carry):
+        i, y, done, out, tails, texts, counts = carry
+        active = ~done
+        n = out.num_tokens
+        draft, proposed = speculative.ngram_draft(texts.tokens, texts.lengths, texts.members,
+                                                  spec.ngram_max, k, spec.ngram_min)
+        proposed = jnp.where(active, jnp.minimum(proposed, jnp.maximum(limit - n - 1, 0)), 0)
+        chunk = jnp.concatenate([y[:, None], draft], axis=1)              # [S, k + 1]
+        # a finished row writes past its last token (never read; its last token's keys are
+        # written again after the loop)
+        hidden, new_tails = _forward(config, decoder, pages, pool, tails, chunk, n - 1,
+                                     state.positions, sharding)
+        logits = head_logits(decoder[1], hidden)                           # [S, k + 1, V]
+        target = processors.sampling_logprobs(logits, sampling)
+        accepted, tokens = speculative.verify(target, draft, proposed,
+                                              jax.random.fold_in(call_rng, i))
+        emit, stopped = _emitted(tokens, accepted, limit - n, active, stops)
+        logp, raw = _token_logps(logits, target, tokens)
+        out = _record(out, tokens, logp, raw, n, emit)
+        out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish))
+        last = jnp.take_along_axis(tokens, jnp.maximum(emit - 1, 0)[:, None], axis=1)[:, 0]
+        counts = counts + jnp.stack([jnp.sum(active), jnp.sum(proposed),
+                                     jnp.sum(jnp.minimum(accepted, emit))]).astype(jnp.int32)
+        done = done | stopped | (out.num_tokens >= limit)
+        return (i + 1, jnp.where(emit > 0, last, y), done, out, new_tails,
+                _append(texts, tokens, emit), counts)
+
+    def cond(carry):
+        return ~jnp.all(carry[2])
+
+    carry = (jnp.int32(1), y, done, out, tails, texts, jnp.zeros(3, jnp.int32))
+    iters, y, _, out, tails, _, counts = jax.lax.while_loop(cond, body, carry)
+    out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish))
+    # the last token through the policy: its keys to the pages, its hidden state out
+    n = out.num_tokens
+    hidden, tails = _forward(config, decoder, pages, pool, tails, y[:, None], n - 1,
+                             state.positions, sharding)
+    hidden = jnp.where((n > 0)[:, None], hidden[:, 0], state.hidden)
+    out = dataclasses.replace(out, steps=iters)
+    cut = (tails[0][..., :steps], tails[1][:, :, :, :steps])
+    write = shards_lib.local(shards_lib.of(sharding), paged_attention.write_tail,
+                             ("pool", "pool", "rows", "rows"), "pool")
+    cache = KVCache(*write(pool, cut, pages, ~state.done))
+    return out, hidden, cache, counts.at[0].add(jnp.sum(n > 0))
+
+
+decode = engine.jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 12), donate_argnums=(2,))
+
+
+class Calls:
+    """The host side of speculative decoding in `flat.generate`: each decode call runs
+    speculatively when `spec.runs` its running rows, else plainly, and the rows' texts
+    (the drafter's input) and the counts follow the calls.
+
+    prompts: the call's prompts (token lists); n samples each. A device row holds sample
+    `RowState.ids[row]` (its index, rows in item order without batch shards) unless it
+    is padding (done from the first call on).
+    """
+
+    def __init__(self, prompts: list[list[int]], n: int, max_new: int, spec: SpecConfig):
+        self.prompts, self.n, self.max_new, self.spec = prompts, n, max_new, spec
+        self.texts: dict | None = None
+        self.stats = {"spec/calls": 0, "spec/tokens": 0, "spec/row_forwards": 0,
+                      "spec/proposed": 0, "spec/accepted": 0}
+
+    def _start(self, state) -> None:
+        rows = state.pages.row_group.shape[0]
+        items = np.arange(rows) if state.ids is None else np.asarray(state.ids)
+        real = ~np.asarray(state.done)
+        row_of = np.full(len(self.prompts) * self.n, -1, np.int64)
+        row_of[items[real]] = np.flatnonzero(real)
+        width = max(map(len, self.prompts)) + self.max_new + self.spec.draft_len + 1
+        tokens = np.zeros((rows, width), np.int32)
+        lengths = np.zeros(rows, np.int32)
+        search = min(self.n, self.spec.ngram_rows)
+        members = np.full((rows, search), -1, np.int32)
+        members[:, 0] = np.arange(rows)
+        for row in np.flatnonzero(real):
+            i = items[row]
+            prompt = self.prompts[i // self.n]
+            tokens[row, :len(prompt)], lengths[row] = prompt, len(prompt)
+            group = i // self.n * self.n + np.arange(self.n)
+            near = group[np.argsort(np.abs(group - i), kind="stable")]  # itself first
+            members[row] = row_of[near[:search]]
+        self.texts = {"tokens": tokens, "lengths": lengths, "members": members}
+
+    def _append(self, out) -> None:
+        t = self.texts
+        for row in np.flatnonzero(out.num_tokens):
+            count = int(out.num_tokens[row])
+            at = int(t["lengths"][row])
+            t["tokens"][row, at:at + count] = out.tokens[row, :count]
+            t["lengths"][row] += count
+
+    def __call__(self, config: ModelConfig, params: dict, cache, state, rng, seg, limit,
+                 sampling: SamplingParams, steps: int, stop_ids, plain, sharding=None):
+        """One decode call (`flat.generate`'s `decode`); `plain(cache, state, seg, limit,
+        steps)` is the plain one."""
+        if self.texts is None:
+            self._start(state)
+        if self.spec.runs(int((~np.asarray(state.done)).sum())):
+            texts = Texts(**{k: jnp.asarray(v) for k, v in self.texts.items()})
+            out, hidden, cache, counts = decode(config, params, cache, state, rng, np.int32(seg),
+                                                limit, sampling, steps, stop_ids, self.spec,
+                                                texts, sharding)
+            counts = np.asarray(counts)
+            self.stats["spec/calls"] += 1
+            self.stats["spec/tokens"] += int(np.asarray(out.num_tokens).sum())
+            for name, value in zip(("row_forwards", "proposed", "accepted"), counts, strict=True):
+                self.stats[f"spec/{name}"] += int(value)
+        else:
+            out, hidden, cache = plain(cache, state, seg, limit, steps)
+        self._append(engine.as_numpy(out))
+        return out, hidden, cache
