@@ -221,9 +221,10 @@ def sampling_section() -> ml_collections.ConfigDict:
     # speculative: the flat sampler drafts and verifies several tokens per forward, exactly
     # the policy's distribution (docs/sampling.md). enable=True turns it on; the other
     # fields are sampling.SpecConfig's (None = its default): draft_len, ngram_max/min/rows
-    # (the n-gram drafter), max_rows (speculate once at most this many rows run; 0 = always)
+    # (the n-gram drafter), max_rows (speculate once at most this many rows run; 0 =
+    # always), min_tokens_per_forward (a call below it turns the rest of its generate plain)
     s.speculative = _options(enable=bool, draft_len=int, ngram_max=int, ngram_min=int,
-                             ngram_rows=int, max_rows=int)
+                             ngram_rows=int, max_rows=int, min_tokens_per_forward=float)
     return s
 
 

@@ -61,6 +61,9 @@ class SpecConfig:
       running (0: always). At large batch a forward of k + 1 tokens per row costs up to
       k + 1 times one token's, so speculation pays in the small-batch tail of a rollout
       (EfficientRollout's switch).
+    min_tokens_per_forward: after a speculative call that emitted fewer tokens per
+      row-forward than this, the generate call's later calls decode plainly (0: never):
+      where drafts are not kept a verify costs more than a plain step.
     """
 
     draft_len: int = 4
@@ -69,6 +72,7 @@ class SpecConfig:
     ngram_min: int = 1
     ngram_rows: int = 8
     max_rows: int = 0
+    min_tokens_per_forward: float = 0.0
 
     def __post_init__(self):
         def whole(name, low):
@@ -81,6 +85,11 @@ class SpecConfig:
         whole("ngram_max", 1)
         whole("ngram_rows", 1)
         whole("max_rows", 0)
+        floor = self.min_tokens_per_forward
+        if (not isinstance(floor, numbers.Real) or isinstance(floor, bool)
+                or not 0.0 <= floor <= self.draft_len + 1):
+            raise ValueError(f"speculative.min_tokens_per_forward must be a number in [0, "
+                             f"draft_len + 1 = {self.draft_len + 1}], got {floor!r}")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"speculative.drafter must be one of {DRAFTERS}, got "
                              f"{self.drafter!r}")
@@ -277,6 +286,7 @@ class Calls:
     def __init__(self, prompts: list[list[int]], n: int, max_new: int, spec: SpecConfig):
         self.prompts, self.n, self.max_new, self.spec = prompts, n, max_new, spec
         self.texts: dict | None = None
+        self.paid = True  # the last speculative call kept min_tokens_per_forward
         self.stats = {"spec/calls": 0, "spec/tokens": 0, "spec/row_forwards": 0,
                       "spec/proposed": 0, "spec/accepted": 0}
 
@@ -315,16 +325,17 @@ class Calls:
         steps)` is the plain one."""
         if self.texts is None:
             self._start(state)
-        if self.spec.runs(int((~np.asarray(state.done)).sum())):
+        if self.paid and self.spec.runs(int((~np.asarray(state.done)).sum())):
             texts = Texts(**{k: jnp.asarray(v) for k, v in self.texts.items()})
             out, hidden, cache, counts = decode(config, params, cache, state, rng, np.int32(seg),
                                                 limit, sampling, steps, stop_ids, self.spec,
                                                 texts, sharding)
-            counts = np.asarray(counts)
+            counts, tokens = np.asarray(counts), int(np.asarray(out.num_tokens).sum())
             self.stats["spec/calls"] += 1
-            self.stats["spec/tokens"] += int(np.asarray(out.num_tokens).sum())
+            self.stats["spec/tokens"] += tokens
             for name, value in zip(("row_forwards", "proposed", "accepted"), counts, strict=True):
                 self.stats[f"spec/{name}"] += int(value)
+            self.paid = tokens >= self.spec.min_tokens_per_forward * max(int(counts[0]), 1)
         else:
             out, hidden, cache = plain(cache, state, seg, limit, steps)
         self._append(engine.as_numpy(out))

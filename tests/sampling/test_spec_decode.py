@@ -61,6 +61,18 @@ def test_only_calls_with_few_running_rows_speculate(tiny):
     assert spec.stats["spec/tokens"] == 32
 
 
+def test_a_call_that_keeps_too_few_drafts_turns_the_rest_plain(tiny):
+    """Temperature 1 on a random model: almost no draft is kept (~1 token per forward),
+    so after the first call the other two segments decode plainly."""
+    config, params = tiny
+    sp = SamplingParams(temperature=1.0, max_new_tokens=48)
+    out = generate(config, params, prompts_of(2, 2), 1, sp, jax.random.key(1), segment_len=16,
+                   speculative=SpecConfig(min_tokens_per_forward=1.5))
+    s = out.stats
+    assert s["spec/calls"] == 1 and s["spec/tokens"] < 1.5 * s["spec/row_forwards"]
+    assert (out.lengths == 48).all()
+
+
 def exact_joint(config, params, prompt, sp, length):
     """{token sequence: probability} of the first `length` tokens under `sp` (top-k 2:
     2^length sequences), from full forwards of the model over every prefix."""
@@ -98,7 +110,8 @@ def test_sampled_sequences_follow_the_policys_distribution(tiny):
 
 @pytest.mark.parametrize("field,value", [("draft_len", 0), ("ngram_min", 0),
                                          ("ngram_rows", 0), ("max_rows", -1),
-                                         ("drafter", "model"), ("draft_len", 2.0)])
+                                         ("drafter", "model"), ("draft_len", 2.0),
+                                         ("min_tokens_per_forward", 6.0)])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"speculative.{field}"):
         SpecConfig(**{field: value})
