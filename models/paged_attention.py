@@ -38,14 +38,13 @@ The portable version is plain JAX (gathers by page table and batched
 products). On TPU the two parts read through page tables, a group's shared pages
 and a row's own pages, run as a Pallas kernel (`models.pallas_attention`) that
 DMAs each page where the table says and returns the same partials; which one a
-traced program uses is `partials` (the decode programs set it by backend,
-`sampling.engine.jit_decode`).
+traced program uses is `pallas_attention.partials` (the decode programs set it by
+backend, `sampling.engine.jit_decode`). A chunk of several new tokens per row (a
+speculative verify) attends through `models.chunk_attention`, on the same parts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 
 import chex
@@ -246,38 +245,10 @@ def store_step(tail: tuple, new: tuple, step) -> tuple:
             jax.lax.dynamic_update_slice(tail[1], new[1][:, :, :, None], (at, at, at, step, at)))
 
 
-PARTIALS = ("jax", "pallas", "pallas_interpret")
-_PARTIALS = contextvars.ContextVar("page_partials", default="jax")
-
-
-@contextlib.contextmanager
-def partials(kind: str):
-    """Within it, traced decode attention reads pages with `kind`: "jax" (gathers and
-    batched products), "pallas" (the TPU kernel) or "pallas_interpret" (the kernel in
-    Pallas' TPU interpreter, any backend: tests)."""
-    if kind not in PARTIALS:
-        raise ValueError(f"page partials must be one of {PARTIALS}, got {kind!r}")
-    token = _PARTIALS.set(kind)
-    try:
-        yield
-    finally:
-        _PARTIALS.reset(token)
-
-
-def current_partials() -> str:
-    """The page partials code traced now uses (`partials`)."""
-    return _PARTIALS.get()
-
-
-def partials_for(platform: str) -> str:
-    """The page partials a program for `platform` uses: the kernel on TPU."""
-    return "pallas" if platform == "tpu" else "jax"
-
-
 def _pages_partial(q, pool, tables, mask, gathered):
     """(o, m, l) of q [B, K, Q, Dh] over pages `tables` [B, MP] where `mask` [B, MP, ps]:
     the kernel, or `gathered` (a partial of gathered pages) in plain JAX."""
-    kind = _PARTIALS.get()
+    kind = pallas_attention.current_partials()
     if kind == "jax":
         return gathered(q, pool[0][tables], pool[1][tables], mask)
     return pallas_attention.paged_partial(q, pool[0], pool[1], tables, mask,
@@ -324,28 +295,6 @@ def decode_attention(rows: PageRows, step, pool: tuple, tail: tuple, q: jax.Arra
     return merge(parts + _paged_parts(rows, pool, qh)).reshape(s, 1, h, dh).astype(q.dtype)
 
 
-def chunk_attention(rows: PageRows, start: jax.Array, pool: tuple, tail: tuple, q: jax.Array,
-                    k: jax.Array, v: jax.Array) -> jax.Array:
-    """One layer's attention of a chunk of C new tokens per row (a speculative verify
-    forward, `sampling.spec_decode`): as `decode_attention`, the chunk's C queries read
-    the group's shared pages, the row's earlier pages and its tail columns < `start` [S]
-    (per row: rows advance by different counts), then the chunk itself causally.
-
-    q [S, C, H, Dh]; k, v [S, C, K, Dh]; tail as `decode_attention` -> out [S, C, H, Dh]."""
-    check_rows(rows)
-    tail_k, tail_v = tail
-    s, c, h, dh = q.shape
-    kv = k.shape[2]
-    qh = q.reshape(s, c, kv, h // kv, dh).transpose(0, 2, 1, 3, 4).reshape(
-        s, kv, c * (h // kv), dh)                                     # query c, head g: c·G + g
-    before = jnp.arange(tail_k.shape[-1])[None] < start[:, None]
-    causal = jnp.broadcast_to(jnp.tril(jnp.ones((c, c), bool)), (s, c, c))
-    parts = [_tail_partial(qh, tail_k, tail_v, before), _chunk_partial(qh, k, v, causal)]
-    out = merge(parts + _paged_parts(rows, pool, qh))
-    return out.reshape(s, kv, c, h // kv, dh).transpose(0, 2, 1, 3, 4).reshape(
-        s, c, h, dh).astype(q.dtype)
-
-
 def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple, attention=decode_attention):
     """`attend(q, k, v, new, layer)` of decode step `step`: `attention` (by default
     `decode_attention`; the sampler passes it run per shard) over layer `layer` of the
@@ -363,49 +312,6 @@ def decode_attend(rows: PageRows, step, pool: tuple, tail: tuple, attention=deco
         return out, _emit(new, layer, k, v)
 
     return attend
-
-
-def chunk_attend(rows: PageRows, start: jax.Array, pool: tuple, tail: tuple,
-                 attention=chunk_attention):
-    """`attend(q, k, v, new, layer)` of a chunk of C tokens per row (`chunk_attention`,
-    rows' tail columns < `start` [S] read): as `decode_attend`, the chunk's k/v go to
-    `new` (`new_chunk_kv`) and the loop stores them (`store_chunk`)."""
-    pool_k, pool_v = pool
-    tail_k, tail_v = tail
-
-    def attend(q, k, v, new, layer):
-        out = attention(rows, start, (pool_k[layer], pool_v[layer]),
-                        (tail_k[layer], tail_v[layer]), q, k, v)
-        at = jnp.int32(0)
-        new = tuple(jax.lax.dynamic_update_slice(buf, x[None].astype(buf.dtype),
-                                                 (layer, at, at, at, at))
-                    for buf, x in zip(new, (k, v), strict=True))
-        return out, new
-
-    return attend
-
-
-def new_chunk_kv(pool: tuple, rows_count: int, chunk: int) -> tuple:
-    """The buffers a chunk's layers write their k, v [L, S, C, K, Dh] to (`chunk_attend`)."""
-    n, _, kv, dh, _ = pool[0].shape
-    return tuple(jnp.zeros((n, rows_count, chunk, kv, dh), x.dtype) for x in pool)
-
-
-def store_chunk(tail: tuple, new: tuple, start: jax.Array) -> tuple:
-    """tail k [L, S, K, Dh, W] / v [L, S, K, W, Dh] columns start[s] .. start[s] + C - 1 =
-    the chunk's k, v [L, S, C, K, Dh], one slice update per row (a start past W - C is
-    clamped to W - C, a negative one to 0: the caller's rows that must not move write
-    where nothing is read)."""
-    k = new[0].transpose(1, 0, 3, 4, 2)                                       # [S, L, K, Dh, C]
-    v = new[1].transpose(1, 0, 3, 2, 4)                                       # [S, L, K, C, Dh]
-    at = jnp.int32(0)
-
-    def put(t_k, t_v, x_k, x_v, col):
-        return (jax.lax.dynamic_update_slice(t_k, x_k.astype(t_k.dtype), (at, at, at, col)),
-                jax.lax.dynamic_update_slice(t_v, x_v.astype(t_v.dtype), (at, at, col, at)))
-
-    return jax.vmap(put, in_axes=(1, 1, 0, 0, 0), out_axes=(1, 1))(
-        tail[0], tail[1], k, v, start.astype(jnp.int32))
 
 
 def view_attend(mask: jax.Array, views: tuple):

@@ -4,8 +4,8 @@
 query blocks over their pages, (o, m, l) as `models.paged_attention` merges them: the
 group part (a group's R·Q queries over its shared pages) and the own part (a row's Q
 queries over its earlier pages) of the decode's cascade. On TPU `decode_attention`
-computes both with it (`paged_attention.partials_for`); the plain-JAX path gathers
-the pages instead. Both read the pool in its layout (k [P, K, Dh, ps], v [P, K, ps, Dh]).
+computes both with it (`partials_for`; a traced program reads `partials`); the
+plain-JAX path gathers the pages instead. Both read the pool in its layout (k [P, K, Dh, ps], v [P, K, ps, Dh]).
 
 Grid (B, pages): step (b, p) DMAs page tables[b, p] of every kv head into VMEM (the
 tables are scalar-prefetched: the block index of a page is read from them) and folds
@@ -25,6 +25,8 @@ cascade's contract: any slot mask, partials out.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import jax
@@ -35,6 +37,33 @@ from jax.experimental.pallas import tpu as pltpu
 from models import layers
 
 LANES = 128  # the max and mass are stored this wide
+
+PARTIALS = ("jax", "pallas", "pallas_interpret")
+_PARTIALS = contextvars.ContextVar("page_partials", default="jax")
+
+
+@contextlib.contextmanager
+def partials(kind: str):
+    """Within it, traced decode attention reads pages with `kind`: "jax" (gathers and
+    batched products), "pallas" (the TPU kernel) or "pallas_interpret" (the kernel in
+    Pallas' TPU interpreter, any backend: tests)."""
+    if kind not in PARTIALS:
+        raise ValueError(f"page partials must be one of {PARTIALS}, got {kind!r}")
+    token = _PARTIALS.set(kind)
+    try:
+        yield
+    finally:
+        _PARTIALS.reset(token)
+
+
+def current_partials() -> str:
+    """The page partials code traced now uses (`partials`)."""
+    return _PARTIALS.get()
+
+
+def partials_for(platform: str) -> str:
+    """The page partials a program for `platform` uses: the kernel on TPU."""
+    return "pallas" if platform == "tpu" else "jax"
 
 
 def _kernel(tables_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_ref,

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import paged_attention
+from models import paged_attention, pallas_attention
 from models.config import ModelConfig
 from models.paged_attention import PageRows
 from models.sharding import ActivationSharding
@@ -141,7 +141,7 @@ def decode_options(backend: str) -> dict | None:
 def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
                donate_argnums: tuple[int, ...]) -> Callable:
     """`fn` jitted once per backend with `decode_options` (a decode program), its page
-    attention traced with `paged_attention.partials_for(backend)` (on TPU the Pallas
+    attention traced with `pallas_attention.partials_for(backend)` (on TPU the Pallas
     kernel); the returned callable's `.program(backend)` is that backend's jitted
     function (`.lower` it for another backend's devices)."""
     programs: dict[str, Callable] = {}
@@ -151,7 +151,7 @@ def jit_decode(fn: Callable, static_argnums: tuple[int, ...],
         if backend not in programs:
             @functools.wraps(fn)
             def traced(*args):  # page attention by the backend's partials (TPU: a kernel)
-                with paged_attention.partials(paged_attention.partials_for(backend)):
+                with pallas_attention.partials(pallas_attention.partials_for(backend)):
                     return fn(*args)
 
             programs[backend] = jax.jit(traced, static_argnums=static_argnums,

@@ -96,8 +96,11 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                              limit, sp, steps, stop_ids, attention, sharding)
 
     if speculative is not None:
-        decode = _speculative(config, params, prompts, n, sp, rng, stop_ids, speculative,
-                              decode, sharding, arms, resume, keep_partial)
+        if arms is not None or resume or keep_partial:
+            raise ValueError("speculative decoding runs without arms, resumed rows or kept "
+                             "caches")
+        decode = spec_decode.Calls(engine.check_prompts(config, prompts), n, sp, speculative,
+                                   (config, params, rng, stop_ids, sharding), decode)
     keep = None
     if resume or keep_partial:
         keep = (row_kv.put, lambda carry, hidden, where: (
@@ -108,26 +111,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                              shards=shards_lib.of(sharding).count, resume=resume, keep=keep,
                              arms=arms, keyed=keyed)
     if speculative is not None:
-        rollouts.stats.update(decode.calls.stats)
+        rollouts.stats.update(decode.stats)
     return rollouts
-
-
-def _speculative(config, params, prompts, n, sp, rng, stop_ids, spec: SpecConfig, plain,
-                 sharding, arms, resume, keep_partial) -> Callable:
-    """`generate`'s decode with speculative calls (`sampling.spec_decode.Calls`); its
-    `.calls` holds the counts."""
-    if arms is not None or resume or keep_partial:
-        raise ValueError("speculative decoding runs without arms, resumed rows or kept "
-                         "caches")
-    calls = spec_decode.Calls(engine.check_prompts(config, prompts), n, sp.max_new_tokens,
-                              spec)
-
-    def decode(cache, state, seg, limit, steps, arms=None):
-        return calls(config, params, cache, state, rng, seg, limit, sp, steps, stop_ids,
-                     plain, sharding)
-
-    decode.calls = calls
-    return decode
 
 
 def run_groups(configs: tuple[ModelConfig, ...], prompts, n: int, sp: SamplingParams,

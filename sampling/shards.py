@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from models import paged_attention
+from models import pallas_attention
 from models.sharding import ActivationSharding
 from sampling.layout import row_bucket
 
@@ -74,12 +74,12 @@ def local(shards: Shards, fn: Callable, args: Sequence[str], out: str) -> Callab
     "rows" a tree of [S, ...] / [G, ...] arrays on its first (PageRows, rows' q/k/v),
     "whole" not at all (a step index).
 
-    With the page attention's Pallas kernel (`paged_attention.partials`, TPU) a mesh of
+    With the page attention's Pallas kernel (`pallas_attention.partials`, TPU) a mesh of
     one batch shard runs `fn` under `shard_map` too, over its size-1 batch axes: a Mosaic
     kernel runs only where every axis is manual (`models.pallas_attention`)."""
     axes = shards.axes
     if shards.count == 1:
-        if shards.sharding is None or paged_attention.current_partials() == "jax":
+        if shards.sharding is None or pallas_attention.current_partials() == "jax":
             return fn
         axes = tuple(dict(shards.sharding.rules)["batch"])
         shards = dataclasses.replace(shards, axes=axes)

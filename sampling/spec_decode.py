@@ -8,7 +8,7 @@ plain decoding draws it; then every iteration
   1. drafts up to k tokens per row (`SpecConfig.drafter`: `speculative.ngram_draft`
      over the row's own text and its group's, or a small model's own decode);
   2. runs the pending token and the drafts, [y, d1..dk], through the policy in one
-     forward over the pages (`models.paged_attention.chunk_attention`: the chunk's
+     forward over the pages (`models.chunk_attention`: the chunk's
      queries read the group's shared pages once, the row's own pages, its tail and
      the chunk causally), giving the sampling distribution at each of the k + 1
      positions (`processors.sampling_logprobs`, every filter applied);
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import paged_attention
+from models import chunk_attention, paged_attention
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import engine, processors, speculative
@@ -142,12 +142,12 @@ def _forward(config, decoder, pages, pool, tails, chunk, start, positions, shard
     s, c = chunk.shape
     shards = shards_lib.of(sharding)
     pos = (positions + start)[:, None] + jnp.arange(c, dtype=jnp.int32)[None]
-    layer = shards_lib.local(shards, paged_attention.chunk_attention, ("rows",) * 7, "rows")
-    attend = paged_attention.chunk_attend(pages, start, pool, tails, layer)
+    layer = shards_lib.local(shards, chunk_attention.chunk_attention, ("rows",) * 7, "rows")
+    attend = chunk_attention.chunk_attend(pages, start, pool, tails, layer)
     hidden, new = models.run_layers(config, fused, chunk, pos, attend,
-                                    paged_attention.new_chunk_kv(pool, s, c), scan=True,
+                                    chunk_attention.new_chunk_kv(pool, s, c), scan=True,
                                     sharding=sharding)
-    return hidden, shards_lib.constrain_pool(paged_attention.store_chunk(tails, new, start),
+    return hidden, shards_lib.constrain_pool(chunk_attention.store_chunk(tails, new, start),
                                              shards)
 
 
@@ -274,17 +274,22 @@ decode = engine.jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 12), donate_
 
 
 class Calls:
-    """The host side of speculative decoding in `flat.generate`: each decode call runs
-    speculatively when `spec.runs` its running rows, else plainly, and the rows' texts
-    (the drafter's input) and the counts follow the calls.
+    """`flat.generate`'s decode with speculation: each decode call runs speculatively when
+    `spec.runs` its running rows (and the last speculative call paid), else by `plain`
+    (`decode(cache, state, seg, limit, steps)`); the rows' texts (the drafter's input) and
+    the counts (`stats`) follow the calls.
 
     prompts: the call's prompts (token lists); n samples each. A device row holds sample
     `RowState.ids[row]` (its index, rows in item order without batch shards) unless it
-    is padding (done from the first call on).
+    is padding (done from the first call on). model: (config, params, rng, stop_ids,
+    sharding) as `engine.decode` takes them.
     """
 
-    def __init__(self, prompts: list[list[int]], n: int, max_new: int, spec: SpecConfig):
-        self.prompts, self.n, self.max_new, self.spec = prompts, n, max_new, spec
+    def __init__(self, prompts: list[list[int]], n: int, sampling: SamplingParams,
+                 spec: SpecConfig, model: tuple, plain):
+        self.prompts, self.n, self.sampling, self.spec = prompts, n, sampling, spec
+        self.max_new = sampling.max_new_tokens
+        self.model, self.plain = model, plain
         self.texts: dict | None = None
         self.paid = True  # the last speculative call kept min_tokens_per_forward
         self.stats = {"spec/calls": 0, "spec/tokens": 0, "spec/row_forwards": 0,
@@ -319,16 +324,16 @@ class Calls:
             t["tokens"][row, at:at + count] = out.tokens[row, :count]
             t["lengths"][row] += count
 
-    def __call__(self, config: ModelConfig, params: dict, cache, state, rng, seg, limit,
-                 sampling: SamplingParams, steps: int, stop_ids, plain, sharding=None):
-        """One decode call (`flat.generate`'s `decode`); `plain(cache, state, seg, limit,
-        steps)` is the plain one."""
+    def __call__(self, cache, state, seg, limit, steps: int, arms=None):
+        """One decode call -> (out, hidden, cache), as `engine.decode`."""
+        del arms  # `generate` refuses arms with speculation
+        config, params, rng, stop_ids, sharding = self.model
         if self.texts is None:
             self._start(state)
         if self.paid and self.spec.runs(int((~np.asarray(state.done)).sum())):
             texts = Texts(**{k: jnp.asarray(v) for k, v in self.texts.items()})
             out, hidden, cache, counts = decode(config, params, cache, state, rng, np.int32(seg),
-                                                limit, sampling, steps, stop_ids, self.spec,
+                                                limit, self.sampling, steps, stop_ids, self.spec,
                                                 texts, sharding)
             counts, tokens = np.asarray(counts), int(np.asarray(out.num_tokens).sum())
             self.stats["spec/calls"] += 1
@@ -337,6 +342,6 @@ class Calls:
                 self.stats[f"spec/{name}"] += int(value)
             self.paid = tokens >= self.spec.min_tokens_per_forward * max(int(counts[0]), 1)
         else:
-            out, hidden, cache = plain(cache, state, seg, limit, steps)
+            out, hidden, cache = self.plain(cache, state, seg, limit, steps)
         self._append(engine.as_numpy(out))
         return out, hidden, cache

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import paged_attention
+from models import chunk_attention, paged_attention, pallas_attention
 from sampling import engine
 
 PS, K, Q, DH, LAYERS = 4, 2, 3, 8, 2
@@ -103,7 +103,7 @@ def test_decode_attend_equals_a_softmax_over_the_whole_context(group_sizes, shar
     attend = paged_attention.decode_attend(jax.tree.map(jnp.asarray, rows), step,
                                            (pool_k, pool_v), (tail_k, tail_v))
     new = paged_attention.new_kv((pool_k, pool_v), q.shape[0])
-    with paged_attention.partials(partials):
+    with pallas_attention.partials(partials):
         out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
     # fp32 scores and sums over <= 90 keys of unit-variance data: ~1e-6 relative
     np.testing.assert_allclose(np.asarray(out)[:, 0], expected, rtol=2e-5, atol=2e-5)
@@ -199,9 +199,9 @@ def test_chunk_attend_is_causal_over_the_context_and_rows_tails_up_to_their_star
     k = rng.standard_normal((s, c, K, DH)).astype(np.float32)
     v = rng.standard_normal((s, c, K, DH)).astype(np.float32)
     pool_k, pool_v, tail_k, tail_v = map(jnp.asarray, cache)
-    attend = paged_attention.chunk_attend(jax.tree.map(jnp.asarray, rows), jnp.asarray(start),
+    attend = chunk_attention.chunk_attend(jax.tree.map(jnp.asarray, rows), jnp.asarray(start),
                                           (pool_k, pool_v), (tail_k, tail_v))
-    new = paged_attention.new_chunk_kv((pool_k, pool_v), s, c)
+    new = chunk_attention.new_chunk_kv((pool_k, pool_v), s, c)
     out, new = jax.jit(attend, static_argnums=4)(q, k, v, new, layer)
     expected = np.zeros((s, c, K * Q, DH))
     for r in range(s):
@@ -212,7 +212,7 @@ def test_chunk_attend_is_causal_over_the_context_and_rows_tails_up_to_their_star
                                       np.asarray(q[r, j], np.float64))
     # fp32 scores and sums over <= 80 keys of unit-variance data: ~1e-6 relative
     np.testing.assert_allclose(np.asarray(out), expected, rtol=2e-5, atol=2e-5)
-    stored = paged_attention.store_chunk((tail_k, tail_v), new, jnp.asarray(start))
+    stored = chunk_attention.store_chunk((tail_k, tail_v), new, jnp.asarray(start))
     got_k, got_v = map(np.asarray, stored)
     for r in range(s):
         cols = slice(start[r], start[r] + c)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import paged_attention
+from models import paged_attention, pallas_attention
 from models.pallas_attention import paged_partial
 from tests.models.test_paged_attention import _case
 
@@ -34,13 +34,13 @@ def test_the_kernel_gives_the_gathered_partials(dtype):
 
 def test_an_unknown_partials_kind_is_refused():
     with pytest.raises(ValueError, match="page partials must be one of"):
-        with paged_attention.partials("triton"):
+        with pallas_attention.partials("triton"):
             pass
 
 
 def test_tpu_programs_use_the_kernel():
-    assert paged_attention.partials_for("tpu") == "pallas"
-    assert paged_attention.partials_for("cpu") == paged_attention.partials_for("gpu") == "jax"
+    assert pallas_attention.partials_for("tpu") == "pallas"
+    assert pallas_attention.partials_for("cpu") == pallas_attention.partials_for("gpu") == "jax"
 
 
 @pytest.mark.slow
@@ -85,7 +85,7 @@ def test_the_kernel_runs_with_heads_over_tensor(shape):
                                      ("rows", "whole") + ("rows",) * 5, "rows")
         return attention(rows, 2, pool, tail, q, k, v)
 
-    with paged_attention.partials("pallas_interpret"):
+    with pallas_attention.partials("pallas_interpret"):
         out = jax.jit(run)(pool, tail, q, k, v)
     # fp32 scores and sums over <= 50 keys of unit-variance data: ~1e-6 relative
     np.testing.assert_allclose(np.asarray(out)[:, 0], expected, rtol=2e-5, atol=2e-5)
