@@ -59,6 +59,7 @@ from sampling.outputs import (  # noqa: F401  (re-exported: the samplers' host s
     DecodeOutput,
     as_numpy,
     concat_outputs,
+    empty_output,
     take_rows,
 )
 from sampling.params import SamplingParams
@@ -249,14 +250,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     decoders = [(params if sharding is not None
                   else dict(params, layers=models.fuse_layers(config, params["layers"])),
                   models.output_matrix(config, params)) for config, params in models_]
-    out = DecodeOutput(
-        tokens=jnp.full((s, steps), pad, jnp.int32),
-        logprobs=jnp.zeros((s, steps), jnp.float32),
-        raw_logprobs=jnp.zeros((s, steps), jnp.float32),
-        num_tokens=jnp.zeros(s, jnp.int32),
-        finish=jnp.full(s, RUNNING, jnp.int32),
-        steps=jnp.int32(0),
-        extra={name: jnp.zeros((s, steps), dtype) for name, dtype in (columns or {}).items()})
+    out = empty_output(s, steps, pad, columns)
     pools = tuple((c.k, c.v) for c in caches)
     shards = shards_lib.of(sharding)
     attend_for, tails, before = _attention(caches, pools, pages, steps, attention, shards)

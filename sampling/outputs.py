@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from models import multihost
@@ -28,6 +29,19 @@ class DecodeOutput:
     finish: jax.Array        # [S] int32 RUNNING / STOP
     steps: jax.Array         # [] int32 loop iterations run
     extra: dict = dataclasses.field(default_factory=dict)  # name -> [S, steps] per-step columns
+
+
+def empty_output(rows: int, steps: int, pad, columns: dict | None = None) -> DecodeOutput:
+    """A decode call's output before its first token: pad tokens, zero log-probs and
+    counts, every row RUNNING; `columns` {name: dtype} zeroed extra columns."""
+    return DecodeOutput(
+        tokens=jnp.full((rows, steps), pad, jnp.int32),
+        logprobs=jnp.zeros((rows, steps), jnp.float32),
+        raw_logprobs=jnp.zeros((rows, steps), jnp.float32),
+        num_tokens=jnp.zeros(rows, jnp.int32),
+        finish=jnp.full(rows, RUNNING, jnp.int32),
+        steps=jnp.int32(0),
+        extra={name: jnp.zeros((rows, steps), dtype) for name, dtype in (columns or {}).items()})
 
 
 def concat_outputs(outputs: list[DecodeOutput]) -> DecodeOutput:

@@ -41,7 +41,7 @@ from models.sharding import ActivationSharding
 from sampling import engine, processors, speculative
 from sampling import shards as shards_lib
 from sampling.kv_cache import KVCache, head_logits
-from sampling.outputs import RUNNING, STOP, DecodeOutput
+from sampling.outputs import STOP, DecodeOutput, empty_output
 from sampling.params import SamplingParams
 
 DRAFTERS = ("ngram",)
@@ -118,17 +118,17 @@ class Texts:
     members: jax.Array
 
 
+def _put(buf: jax.Array, x: jax.Array, at: jax.Array, emit: jax.Array) -> jax.Array:
+    """buf [S, W] with columns at[s] + j = x[s, j] for j < emit[s] (x [S, C])."""
+    s, c = x.shape
+    j = jnp.arange(c)[None]
+    cols = jnp.where(j < emit[:, None], at[:, None] + j, buf.shape[1])  # past W: dropped
+    return buf.at[jnp.arange(s)[:, None], cols].set(x.astype(buf.dtype), mode="drop")
+
+
 def _record(out: DecodeOutput, tokens, logp, raw, at, emit) -> DecodeOutput:
     """out's columns at[s] + j = tokens/logp/raw [S, C] for j < emit[s]."""
-    s, c = tokens.shape
-    width = out.tokens.shape[1]
-    j = jnp.arange(c)[None]
-    cols = jnp.where(j < emit[:, None], at[:, None] + j, width)
-    rows = jnp.arange(s)[:, None]
-
-    def put(buf, x):
-        return buf.at[rows, cols].set(x.astype(buf.dtype), mode="drop")
-
+    put = lambda buf, x: _put(buf, x, at, emit)  # noqa: E731
     return dataclasses.replace(out, tokens=put(out.tokens, tokens),
                                logprobs=put(out.logprobs, logp),
                                raw_logprobs=put(out.raw_logprobs, raw),
@@ -171,12 +171,8 @@ def _token_logps(logits, target, tokens):
 
 def _append(texts: Texts, tokens, emit) -> Texts:
     """The row texts with tokens [S, C] (the first emit[s]) appended."""
-    s, c = tokens.shape
-    j = jnp.arange(c)[None]
-    cols = jnp.where(j < emit[:, None], texts.lengths[:, None] + j, texts.tokens.shape[1])
-    return dataclasses.replace(
-        texts, tokens=texts.tokens.at[jnp.arange(s)[:, None], cols].set(tokens, mode="drop"),
-        lengths=texts.lengths + emit)
+    return dataclasses.replace(texts, tokens=_put(texts.tokens, tokens, texts.lengths, emit),
+                               lengths=texts.lengths + emit)
 
 
 def _first_token(head, state, texts: Texts, call_rng, sampling, limit, stops, steps: int,
@@ -184,14 +180,10 @@ def _first_token(head, state, texts: Texts, call_rng, sampling, limit, stops, st
     """The call's first token, drawn from the rows' hidden states as plain decoding draws
     it -> (token [S], the output with it, the texts with it, stopped [S])."""
     s = state.done.shape[0]
-    out = DecodeOutput(tokens=jnp.full((s, steps), pad, jnp.int32),
-                       logprobs=jnp.zeros((s, steps), jnp.float32),
-                       raw_logprobs=jnp.zeros((s, steps), jnp.float32),
-                       num_tokens=jnp.zeros(s, jnp.int32), finish=jnp.full(s, RUNNING, jnp.int32),
-                       steps=jnp.int32(0), extra={})
+    out = empty_output(s, steps, pad)
     active = ~state.done & (limit > 0)
     y, logp, raw = processors.sample(head_logits(head, state.hidden),
-                                     jax.random.fold_in(call_rng, 0), sampling, state.ids)
+                                     processors.fold_in(call_rng, 0), sampling, state.ids)
     emit = active.astype(jnp.int32)
     out = _record(out, y[:, None], logp[:, None], raw[:, None], jnp.zeros(s, jnp.int32), emit)
     return y, out, _append(texts, y[:, None], emit), active & jnp.isin(y, stops)
@@ -239,7 +231,7 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.Row
         logits = head_logits(decoder[1], hidden)                           # [S, k + 1, V]
         target = processors.sampling_logprobs(logits, sampling)
         accepted, tokens = speculative.verify(target, draft, proposed,
-                                              jax.random.fold_in(call_rng, i))
+                                              processors.fold_in(call_rng, i))
         emit, stopped = _emitted(tokens, accepted, limit - n, active, stops)
         logp, raw = _token_logps(logits, target, tokens)
         out = _record(out, tokens, logp, raw, n, emit)
@@ -335,7 +327,8 @@ class Calls:
             out, hidden, cache, counts = decode(config, params, cache, state, rng, np.int32(seg),
                                                 limit, self.sampling, steps, stop_ids, self.spec,
                                                 texts, sharding)
-            counts, tokens = np.asarray(counts), int(np.asarray(out.num_tokens).sum())
+            host = engine.as_numpy(out)
+            counts, tokens = np.asarray(counts), int(host.num_tokens.sum())
             self.stats["spec/calls"] += 1
             self.stats["spec/tokens"] += tokens
             for name, value in zip(("row_forwards", "proposed", "accepted"), counts, strict=True):
@@ -343,5 +336,6 @@ class Calls:
             self.paid = tokens >= self.spec.min_tokens_per_forward * max(int(counts[0]), 1)
         else:
             out, hidden, cache = self.plain(cache, state, seg, limit, steps)
-        self._append(engine.as_numpy(out))
+            host = engine.as_numpy(out)
+        self._append(host)
         return out, hidden, cache
