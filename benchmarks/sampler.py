@@ -10,10 +10,11 @@
     shared prompt once per group ("shared_prefix") vs the former per-row
     dense-view decode ("dense_view") vs transformers `generate`; tokens/s
     (prefill included on every side) and peak memory;
-(e) speculative decoding with n-gram drafts vs plain decoding on a long-answer
-    shape (`--spec_shape`, default 2 prompts x 1,024 new tokens on `small`):
-    greedy, where a random model's repetitive text gets its drafts accepted (the
-    tokens must match plain decoding's), and temperature 1, where they are not.
+(e) speculative decoding vs plain decoding on a long-answer shape (`--spec_shape`,
+    default 2 prompts x 1,024 new tokens on `small`), per drafter (`--spec_drafters`):
+    n-gram drafts, a small model (`tiny`, random weights) and the policy's own first
+    layer; greedy (the tokens must match plain decoding's; a random model's repetitive
+    text gets n-gram drafts accepted) and temperature 1.
 
     python benchmarks/sampler.py --json
     python benchmarks/sampler.py --only=a --flat_shapes=16x32x64
@@ -34,6 +35,7 @@ each (the warm-up compiles); the median is reported.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -245,24 +247,45 @@ def bench_prompt_sharing(config, params, prompts_n, prompt_len, group, new, repe
          "speedup": round(t_u / t_s, 3), "repeats": repeats})
 
 
-def bench_speculative(config, params, preset, shape, draft_len, temperature, repeats, log):
-    """(e) speculative decoding (n-gram drafts) vs plain decoding, same prompts and key."""
+def drafter_of(name: str, config, params):
+    """(e) a drafter by name -> (its label, SpecConfig fields, draft_model or None): "ngram";
+    a preset name (a random model of that preset); "layers:N" (the policy's first N
+    layers and its head: self-speculation)."""
+    if name == "ngram":
+        return "ngram", {}, None
+    if name.startswith("layers:"):
+        count = int(name.split(":")[1])
+        return name, {"drafter": "model"}, (
+            dataclasses.replace(config, num_layers=count),
+            dict(params, layers=jax.tree.map(lambda x: x[:count], params["layers"])))
+    draft_config = models.get_preset(name)
+    return name, {"drafter": "model"}, (draft_config, models.init(draft_config,
+                                                                  jax.random.key(1)))
+
+
+def bench_speculative(config, params, preset, shape, draft_len, temperature, repeats, log,
+                      drafter=("ngram", {}, None)):
+    """(e) speculative decoding vs plain decoding, same prompts and key; `drafter` from
+    `drafter_of`."""
     prompts_n, prompt_len, new = shape
     prompts = np.random.default_rng(3).integers(0, config.vocab_size,
                                                 (prompts_n, prompt_len)).tolist()
     sp = SamplingParams(temperature=temperature, max_new_tokens=new)
-    spec = SpecConfig(draft_len=draft_len)
+    label, fields, draft_model = drafter
+    spec = SpecConfig(draft_len=draft_len, **fields)
     res = _alternate({
         "plain": lambda: generate(config, params, prompts, 1, sp, jax.random.key(0),
                                   segment_len=256),
         "speculative": lambda: generate(config, params, prompts, 1, sp, jax.random.key(0),
-                                        segment_len=256, speculative=spec),
+                                        segment_len=256, speculative=spec,
+                                        draft_model=draft_model),
     }, repeats)
     (t_p, rp, _), (t_s, rs, _) = res["plain"], res["speculative"]
     s = rs.stats
     log({"benchmark": "speculative_vs_plain", "preset": preset, "prompts": prompts_n,
          "prompt_len": prompt_len, "new_tokens": new, "temperature": temperature,
-         "draft_len": draft_len, "token_match": float((rs.tokens == rp.tokens).mean()),
+         "drafter": label, "draft_len": draft_len,
+         "token_match": float((rs.tokens == rp.tokens).mean()),
          "plain_tokens_per_s": round(int(rp.lengths.sum()) / t_p, 1),
          "speculative_tokens_per_s": round(int(rs.lengths.sum()) / t_s, 1),
          "speedup": round((rs.lengths.sum() / t_s) / (rp.lengths.sum() / t_p), 3),
@@ -283,7 +306,13 @@ def main(argv=None) -> int:
     parser.add_argument("--spec_preset", default="small", help="(e) model preset")
     parser.add_argument("--spec_shape", default="2x32x1024",
                         help="(e) PROMPTSxPROMPT_LENxNEW_TOKENS, one sample per prompt")
-    parser.add_argument("--draft_len", type=int, default=8, help="(e) drafted tokens per forward")
+    parser.add_argument("--draft_len", type=int, default=8,
+                        help="(e) drafted tokens per forward, n-gram drafter")
+    parser.add_argument("--spec_drafters", default="ngram,tiny,layers:1",
+                        help="(e) drafters: ngram, a preset name (a random model of it), "
+                             "layers:N (the policy's first N layers), comma-separated")
+    parser.add_argument("--model_draft_len", type=int, default=4,
+                        help="(e) drafted tokens per forward, model drafters")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per side")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
     args = parser.parse_args(argv)
@@ -316,9 +345,12 @@ def main(argv=None) -> int:
         spec_config = models.get_preset(args.spec_preset)
         spec_params = models.init(spec_config, jax.random.key(0))
         shape = tuple(int(x) for x in args.spec_shape.lower().split("x"))
-        for temperature in (0.0, 1.0):  # greedy: drafts accepted; 1.0: the cost when not
-            bench_speculative(spec_config, spec_params, args.spec_preset, shape,
-                              args.draft_len, temperature, args.repeats, log)
+        for name in args.spec_drafters.split(","):
+            drafter = drafter_of(name, spec_config, spec_params)
+            k = args.draft_len if name == "ngram" else args.model_draft_len
+            for temperature in (0.0, 1.0):
+                bench_speculative(spec_config, spec_params, args.spec_preset, shape, k,
+                                  temperature, args.repeats, log, drafter)
     return 0
 
 

@@ -220,11 +220,14 @@ def sampling_section() -> ml_collections.ConfigDict:
                       max_steps=int, keep_math_symbols=bool)
     # speculative: the flat sampler drafts and verifies several tokens per forward, exactly
     # the policy's distribution (docs/sampling.md). enable=True turns it on; the other
-    # fields are sampling.SpecConfig's (None = its default): draft_len, ngram_max/min/rows
-    # (the n-gram drafter), max_rows (speculate once at most this many rows run; 0 =
-    # always), min_tokens_per_forward (a call below it turns the rest of its generate plain)
-    s.speculative = _options(enable=bool, draft_len=int, ngram_max=int, ngram_min=int,
-                             ngram_rows=int, max_rows=int, min_tokens_per_forward=float)
+    # fields are sampling.SpecConfig's (None = its default): draft_len, drafter (ngram |
+    # model), ngram_max/min/rows (the n-gram drafter), max_rows (speculate once at most this
+    # many rows run; 0 = always), min_tokens_per_forward (a call below it turns the rest of
+    # its generate plain); draft_model (drafter=model): layers:N (the policy's first N
+    # layers) or a Hugging Face checkpoint directory with the policy's vocabulary
+    s.speculative = _options(enable=bool, draft_len=int, drafter=str, ngram_max=int,
+                             ngram_min=int, ngram_rows=int, max_rows=int,
+                             min_tokens_per_forward=float, draft_model=str)
     return s
 
 

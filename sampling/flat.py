@@ -34,7 +34,7 @@ import numpy as np
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import arms as arms_lib
-from sampling import engine, row_kv, spec_decode
+from sampling import engine, row_kv, spec_calls
 from sampling import shards as shards_lib
 from sampling.kv_cache import cache_bytes
 from sampling.page_pool import NULL_PAGE, PagePool
@@ -55,7 +55,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
              attention: str = "shared_prefix",
              sharding: ActivationSharding | None = None, resume: dict | None = None,
              keep_partial: bool = False, arms: np.ndarray | None = None,
-             speculative: SpecConfig | None = None) -> Rollouts:
+             speculative: SpecConfig | None = None,
+             draft_model: tuple[ModelConfig, dict] | None = None) -> Rollouts:
     """`n` completions of each prompt (token id lists).
 
     Returns Rollouts with rows ordered prompt-major (row = prompt * n + j) and
@@ -81,7 +82,8 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
     arm samples exactly what a call of its own with its key samples. `speculative`
     (`sampling.spec_decode.SpecConfig`): decode calls with few enough running rows
     draft and verify several tokens per forward (no arms or kept caches);
-    stats add its counts (`spec/*`).
+    stats add its counts (`spec/*`). `draft_model` (config, params): the drafter of
+    `SpecConfig(drafter="model")`, with the policy's vocabulary (`sampling.spec_model`).
     """
     sp = sampling_params
     keyed = arms_lib.keyed(rng, arms)
@@ -96,16 +98,19 @@ def generate(config: ModelConfig, params: dict, prompts, n: int,
                              limit, sp, steps, stop_ids, attention, sharding)
 
     if speculative is not None:
-        if arms is not None or resume or keep_partial:
-            raise ValueError("speculative decoding runs without arms, resumed rows or kept "
-                             "caches")
-        decode = spec_decode.Calls(engine.check_prompts(config, prompts), n, sp, speculative,
-                                   (config, params, rng, stop_ids, sharding), decode)
+        prefill, decode, configs = spec_calls.wire(
+            config, params, prompts, n, sp, speculative, draft_model,
+            (config, params, rng, stop_ids, sharding), prefill, decode,
+            arms is not None or resume or keep_partial)
+    elif draft_model is not None:
+        raise ValueError("draft_model is given but speculative decoding is off")
+    else:
+        configs = (config,)
     keep = None
     if resume or keep_partial:
         keep = (row_kv.put, lambda carry, hidden, where: (
             row_kv.take(carry, hidden, where, engine.as_numpy) if keep_partial else None))
-    rollouts, _ = run_groups((config,), prompts, n, sp, prefill, decode, page_size=page_size,
+    rollouts, _ = run_groups(configs, prompts, n, sp, prefill, decode, page_size=page_size,
                              segment_len=segment_len, share_prompts=share_prompts,
                              stop_when=stop_when, max_new_tokens_per_row=max_new_tokens_per_row,
                              shards=shards_lib.of(sharding).count, resume=resume, keep=keep,

@@ -32,19 +32,18 @@ import numbers
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import models
 from models import chunk_attention, paged_attention
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
-from sampling import engine, processors, speculative
+from sampling import engine, processors, spec_model, speculative
 from sampling import shards as shards_lib
 from sampling.kv_cache import KVCache, head_logits
 from sampling.outputs import STOP, DecodeOutput, empty_output
 from sampling.params import SamplingParams
 
-DRAFTERS = ("ngram",)
+DRAFTERS = ("ngram", "model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +52,9 @@ class SpecConfig:
 
     draft_len: k, the most tokens drafted per row and iteration (the verify forward
       runs k + 1 tokens per row).
-    drafter: "ngram" (prompt lookup over the row's and its group's text).
+    drafter: "ngram" (prompt lookup over the row's and its group's text) or "model" (a
+      small model with the policy's vocabulary drafts by its own decode,
+      `sampling.spec_model`; `generate(..., draft_model=(config, params))`).
     ngram_max / ngram_min: the longest and shortest suffix the n-gram drafter matches.
     ngram_rows: the most rows of its group (itself first, then its nearest siblings) a
       row's n-gram drafter searches.
@@ -189,26 +190,66 @@ def _first_token(head, state, texts: Texts, call_rng, sampling, limit, stops, st
     return y, out, _append(texts, y[:, None], emit), active & jnp.isin(y, stops)
 
 
+def _proposer(spec: SpecConfig, sampling, drafter, forward):
+    """propose(i, key, texts, y, n, dtails) -> (draft [S, k], proposed [S], q [S, k, V] or
+    None, dtails): the n-gram drafter's (one sequence: q a point mass; dtails = ()), or the
+    drafter model's (`spec_model.draft`, from the pending token y at tail column n - 1;
+    dtails = (its tail,))."""
+    k = spec.draft_len
+    if drafter is None:
+        def propose(i, key, texts, y, n, dtails):
+            del i, key, y, n
+            draft, proposed = speculative.ngram_draft(texts.tokens, texts.lengths, texts.members,
+                                                      spec.ngram_max, k, spec.ngram_min)
+            return draft, proposed, None, dtails
+        return propose
+    draft_config, draft_decoder = drafter
+
+    def propose(i, key, texts, y, n, dtails):
+        del i, texts
+        draft, q, tail = spec_model.draft(draft_config, draft_decoder, forward, dtails[0], y,
+                                          n - 1, k, sampling, processors.fold_in(key, 1))
+        return draft, jnp.full(y.shape, k, jnp.int32), q, (tail,)
+    return propose
+
+
+def _decoders(config, params, draft_config, draft_params, sharding) -> tuple:
+    """(the policy's (layers, output matrix), the drafter's or None): layers fused unless
+    sharded, as `engine.decode_loop` uses them."""
+    def of(c, p):
+        return (p if sharding is not None else dict(p, layers=models.fuse_layers(c, p["layers"])),
+                models.output_matrix(c, p))
+    return of(config, params), (None if draft_config is None else of(draft_config, draft_params))
+
+
 def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.RowState,
             rng: jax.Array, call: jax.Array, limit: jax.Array, sampling: SamplingParams,
             steps: int, stop_ids: tuple[int, ...], spec: SpecConfig, texts: Texts,
-            sharding: ActivationSharding | None = None):
+            sharding: ActivationSharding | None = None, draft_config: ModelConfig | None = None,
+            draft_params: dict | None = None, draft_cache: KVCache | None = None):
     """Up to min(steps, limit) tokens per row by speculative decoding (module doc).
     `sharding`: rows over the batch axes, heads over `tensor`, the page lookups per batch
-    shard and the weights used where they are, as `engine.decode_loop` does.
-    Returns (DecodeOutput, final hidden [S, D], cache, stats [3] int32)."""
+    shard and the weights used where they are, as `engine.decode_loop` does. With a drafter
+    model (`draft_config`, `sampling.spec_model`), `state.hidden` is (policy's, drafter's)
+    and its cache `draft_cache`.
+    Returns (DecodeOutput, final hidden [S, D] (a pair with a drafter model), cache (a pair
+    with a drafter model), stats [3] int32)."""
     engine.TRACE_COUNTS["spec_decode"] += 1
     pages = state.pages
+    hidden0, hidden0_draft = state.hidden if draft_config is not None else (state.hidden, None)
+    state = dataclasses.replace(state, hidden=hidden0)
     s = pages.row_group.shape[0]
-    k = spec.draft_len
     pad = jnp.int32(config.pad_token_id or 0)
-    decoder = (params if sharding is not None
-               else dict(params, layers=models.fuse_layers(config, params["layers"])),
-               models.output_matrix(config, params))
-    pool = (cache.k, cache.v)
-    tail_pages = -(-(steps + k + 1) // cache.page_size)
-    tails = shards_lib.constrain_pool(paged_attention.init_tail(pool, dataclasses.replace(
-        pages, segment_tables=jnp.zeros((s, tail_pages), jnp.int32))), shards_lib.of(sharding))
+    decoder, draft_decoder = _decoders(config, params, draft_config, draft_params, sharding)
+    tail_pages = -(-(steps + spec.draft_len + 1) // cache.page_size)
+    tail_rows = dataclasses.replace(pages, segment_tables=jnp.zeros((s, tail_pages), jnp.int32))
+    pools = [(cache.k, cache.v)] + ([] if draft_cache is None else [(draft_cache.k, draft_cache.v)])
+    tails = [shards_lib.constrain_pool(paged_attention.init_tail(p, tail_rows),
+                                       shards_lib.of(sharding)) for p in pools]
+    forwards = [lambda c, d, t, chunk, start, pool=pool: _forward(
+        c, d, pages, pool, t, chunk, start, state.positions, sharding) for pool in pools]
+    propose = _proposer(spec, sampling, None if draft_config is None
+                        else (draft_config, draft_decoder), forwards[-1])
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
     call_rng = processors.fold_in(rng, call)
     limit = jnp.minimum(jnp.int32(steps), limit)
@@ -220,18 +261,16 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.Row
         i, y, done, out, tails, texts, counts = carry
         active = ~done
         n = out.num_tokens
-        draft, proposed = speculative.ngram_draft(texts.tokens, texts.lengths, texts.members,
-                                                  spec.ngram_max, k, spec.ngram_min)
+        key = processors.fold_in(call_rng, i)
+        draft, proposed, q, draft_tails = propose(i, key, texts, y, n, tails[1:])
         proposed = jnp.where(active, jnp.minimum(proposed, jnp.maximum(limit - n - 1, 0)), 0)
         chunk = jnp.concatenate([y[:, None], draft], axis=1)              # [S, k + 1]
         # a finished row writes past its last token (never read; its last token's keys are
         # written again after the loop)
-        hidden, new_tails = _forward(config, decoder, pages, pool, tails, chunk, n - 1,
-                                     state.positions, sharding)
+        hidden, new_tails = forwards[0](config, decoder, tails[0], chunk, n - 1)
         logits = head_logits(decoder[1], hidden)                           # [S, k + 1, V]
         target = processors.sampling_logprobs(logits, sampling)
-        accepted, tokens = speculative.verify(target, draft, proposed,
-                                              processors.fold_in(call_rng, i))
+        accepted, tokens = speculative.verify(target, draft, proposed, key, q)
         emit, stopped = _emitted(tokens, accepted, limit - n, active, stops)
         logp, raw = _token_logps(logits, target, tokens)
         out = _record(out, tokens, logp, raw, n, emit)
@@ -240,102 +279,40 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.Row
         counts = counts + jnp.stack([jnp.sum(active), jnp.sum(proposed),
                                      jnp.sum(jnp.minimum(accepted, emit))]).astype(jnp.int32)
         done = done | stopped | (out.num_tokens >= limit)
-        return (i + 1, jnp.where(emit > 0, last, y), done, out, new_tails,
+        return (i + 1, jnp.where(emit > 0, last, y), done, out, (new_tails, *draft_tails),
                 _append(texts, tokens, emit), counts)
 
-    def cond(carry):
-        return ~jnp.all(carry[2])
+    carry = (jnp.int32(1), y, done, out, tuple(tails), texts, jnp.zeros(3, jnp.int32))
+    iters, y, _, out, tails, _, counts = jax.lax.while_loop(lambda c: ~jnp.all(c[2]), body,
+                                                            carry)
+    out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish), steps=iters)
+    both = [(config, decoder, hidden0)] + ([] if draft_config is None else [
+        (draft_config, draft_decoder, hidden0_draft)])
+    hidden, caches = _finish(both, forwards, pools, tails, pages, y, out.num_tokens,
+                             ~state.done, steps, sharding)
+    counts = counts.at[0].add(jnp.sum(out.num_tokens > 0))
+    if draft_config is None:
+        return out, hidden[0], caches[0], counts
+    return out, hidden, caches, counts
 
-    carry = (jnp.int32(1), y, done, out, tails, texts, jnp.zeros(3, jnp.int32))
-    iters, y, _, out, tails, _, counts = jax.lax.while_loop(cond, body, carry)
-    out = dataclasses.replace(out, finish=jnp.where(stopped, STOP, out.finish))
-    # the last token through the policy: its keys to the pages, its hidden state out
-    n = out.num_tokens
-    hidden, tails = _forward(config, decoder, pages, pool, tails, y[:, None], n - 1,
-                             state.positions, sharding)
-    hidden = jnp.where((n > 0)[:, None], hidden[:, 0], state.hidden)
-    out = dataclasses.replace(out, steps=iters)
-    cut = (tails[0][..., :steps], tails[1][:, :, :, :steps])
+
+def _finish(models_: list, forwards: list, pools: list, tails: tuple, pages, y, n, written,
+            steps: int, sharding):
+    """The last token y [S] through each model of `models_` [(config, decoder, hidden before
+    the call)] (its keys to the pages, its hidden state out; rows that emitted nothing keep
+    theirs) and each tail written to the call's pages where `written` [S]
+    -> (hidden per model, KVCache per model)."""
     write = shards_lib.local(shards_lib.of(sharding), paged_attention.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
-    cache = KVCache(*write(pool, cut, pages, ~state.done))
-    return out, hidden, cache, counts.at[0].add(jnp.sum(n > 0))
+    hiddens, caches = [], []
+    for (c, decoder, before), forward, pool, tail in zip(models_, forwards, pools, tails,
+                                                          strict=True):
+        hidden, tail = forward(c, decoder, tail, y[:, None], n - 1)
+        hiddens.append(jnp.where((n > 0)[:, None], hidden[:, 0], before))
+        cut = (tail[0][..., :steps], tail[1][:, :, :, :steps])
+        caches.append(KVCache(*write(pool, cut, pages, written)))
+    return tuple(hiddens), tuple(caches)
 
 
-decode = engine.jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 12), donate_argnums=(2,))
-
-
-class Calls:
-    """`flat.generate`'s decode with speculation: each decode call runs speculatively when
-    `spec.runs` its running rows (and the last speculative call paid), else by `plain`
-    (`decode(cache, state, seg, limit, steps)`); the rows' texts (the drafter's input) and
-    the counts (`stats`) follow the calls.
-
-    prompts: the call's prompts (token lists); n samples each. A device row holds sample
-    `RowState.ids[row]` (its index, rows in item order without batch shards) unless it
-    is padding (done from the first call on). model: (config, params, rng, stop_ids,
-    sharding) as `engine.decode` takes them.
-    """
-
-    def __init__(self, prompts: list[list[int]], n: int, sampling: SamplingParams,
-                 spec: SpecConfig, model: tuple, plain):
-        self.prompts, self.n, self.sampling, self.spec = prompts, n, sampling, spec
-        self.max_new = sampling.max_new_tokens
-        self.model, self.plain = model, plain
-        self.texts: dict | None = None
-        self.paid = True  # the last speculative call kept min_tokens_per_forward
-        self.stats = {"spec/calls": 0, "spec/tokens": 0, "spec/row_forwards": 0,
-                      "spec/proposed": 0, "spec/accepted": 0}
-
-    def _start(self, state) -> None:
-        rows = state.pages.row_group.shape[0]
-        items = np.arange(rows) if state.ids is None else np.asarray(state.ids)
-        real = ~np.asarray(state.done)
-        row_of = np.full(len(self.prompts) * self.n, -1, np.int64)
-        row_of[items[real]] = np.flatnonzero(real)
-        width = max(map(len, self.prompts)) + self.max_new + self.spec.draft_len + 1
-        tokens = np.zeros((rows, width), np.int32)
-        lengths = np.zeros(rows, np.int32)
-        search = min(self.n, self.spec.ngram_rows)
-        members = np.full((rows, search), -1, np.int32)
-        members[:, 0] = np.arange(rows)
-        for row in np.flatnonzero(real):
-            i = items[row]
-            prompt = self.prompts[i // self.n]
-            tokens[row, :len(prompt)], lengths[row] = prompt, len(prompt)
-            group = i // self.n * self.n + np.arange(self.n)
-            near = group[np.argsort(np.abs(group - i), kind="stable")]  # itself first
-            members[row] = row_of[near[:search]]
-        self.texts = {"tokens": tokens, "lengths": lengths, "members": members}
-
-    def _append(self, out) -> None:
-        t = self.texts
-        for row in np.flatnonzero(out.num_tokens):
-            count = int(out.num_tokens[row])
-            at = int(t["lengths"][row])
-            t["tokens"][row, at:at + count] = out.tokens[row, :count]
-            t["lengths"][row] += count
-
-    def __call__(self, cache, state, seg, limit, steps: int, arms=None):
-        """One decode call -> (out, hidden, cache), as `engine.decode`."""
-        del arms  # `generate` refuses arms with speculation
-        config, params, rng, stop_ids, sharding = self.model
-        if self.texts is None:
-            self._start(state)
-        if self.paid and self.spec.runs(int((~np.asarray(state.done)).sum())):
-            texts = Texts(**{k: jnp.asarray(v) for k, v in self.texts.items()})
-            out, hidden, cache, counts = decode(config, params, cache, state, rng, np.int32(seg),
-                                                limit, self.sampling, steps, stop_ids, self.spec,
-                                                texts, sharding)
-            host = engine.as_numpy(out)
-            counts, tokens = np.asarray(counts), int(host.num_tokens.sum())
-            self.stats["spec/calls"] += 1
-            self.stats["spec/tokens"] += tokens
-            for name, value in zip(("row_forwards", "proposed", "accepted"), counts, strict=True):
-                self.stats[f"spec/{name}"] += int(value)
-            self.paid = tokens >= self.spec.min_tokens_per_forward * max(int(counts[0]), 1)
-        else:
-            out, hidden, cache = self.plain(cache, state, seg, limit, steps)
-            host = engine.as_numpy(out)
-        self._append(host)
-        return out, hidden, cache
+decode = engine.jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 12, 13),
+                           donate_argnums=(2, 15))

@@ -80,6 +80,8 @@ class Run:
     latr: latr_plan.LatrPlan | None = None
     # sampling.speculative.enable: the flat sampler's speculative decoding
     speculative: object | None = None  # sampling.spec_decode.SpecConfig
+    # sampling.speculative.draft_model: the sampler's params -> (draft config, params)
+    draft_model: Callable | None = None
 
     @property
     def samples_per_prompt(self) -> int:
@@ -272,6 +274,7 @@ def resolve(cfg, workdir: str | None = None, *, for_sft: bool = False) -> Run:
                    else run.act)
     spec = speculation.resolve(cfg)
     return dataclasses.replace(run, selector=selector, rollout_act=rollout_act, speculative=spec,
+                               draft_model=speculation.drafter(cfg, model_config, rollout_act),
                                env=multiturn.environment(cfg, tokenizer))
 
 

@@ -201,7 +201,9 @@ class Trainer(LogProbStreams):
         return sampling.generate(run.model_config, params, prompts, n,
                                  run.sampling_params, rng, page_size=s.page_size,
                                  segment_len=s.segment_len, sharding=act,
-                                 speculative=run.speculative, **flat)
+                                 speculative=run.speculative,
+                                 draft_model=run.draft_model and run.draft_model(params),
+                                 **flat)
 
     def policy(self) -> Any:
         """The policy's params: the state's, or with LoRA the base with its adapters."""

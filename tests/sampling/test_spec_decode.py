@@ -110,7 +110,7 @@ def test_sampled_sequences_follow_the_policys_distribution(tiny):
 
 @pytest.mark.parametrize("field,value", [("draft_len", 0), ("ngram_min", 0),
                                          ("ngram_rows", 0), ("max_rows", -1),
-                                         ("drafter", "model"), ("draft_len", 2.0),
+                                         ("drafter", "eagle"), ("draft_len", 2.0),
                                          ("min_tokens_per_forward", 6.0)])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"speculative.{field}"):
