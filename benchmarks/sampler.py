@@ -1,7 +1,8 @@
 """Generation benchmarks, each comparison side by side in one process.
 
 (a) flat decode tokens/s vs transformers `generate` on identical weights
-    (greedy, every row forced to the full length; tokens cross-checked);
+    (greedy, every row forced to the full length; tokens cross-checked), ours with
+    the layers scanned (the default) and unrolled (`scan_layers=False`);
 (b) tree vs flat sampling at equal leaves per prompt and equal max length:
     tokens decoded, prefill tokens, wall time;
 (c) G samples per prompt with and without prompt-page sharing;
@@ -83,7 +84,10 @@ def bench_flat_vs_transformers(config, params, shapes, repeats, threads, log):
         ids = torch.tensor(prompts)
         sp = SamplingParams(temperature=0.0, max_new_tokens=new)
 
-        def ours(prompts=prompts, sp=sp):
+        def ours(prompts=prompts, sp=sp, config=config):
+            return generate(config, params, prompts.tolist(), 1, sp, jax.random.key(0))
+
+        def unrolled(prompts=prompts, sp=sp, config=config.replace(scan_layers=False)):
             return generate(config, params, prompts.tolist(), 1, sp, jax.random.key(0))
 
         def theirs(ids=ids, new=new):
@@ -91,16 +95,21 @@ def bench_flat_vs_transformers(config, params, shapes, repeats, threads, log):
                 return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
                                    min_new_tokens=new, do_sample=False, pad_token_id=0)
 
-        res = _alternate({"ours": ours, "transformers": theirs}, repeats)
+        res = _alternate({"ours": ours, "unrolled": unrolled, "transformers": theirs}, repeats)
         (t_ours, ro, first), (t_hf, out, _) = res["ours"], res["transformers"]
+        t_unrolled, ru, first_unrolled = res["unrolled"]
         match = float((ro.tokens == out[:, prompt_len:].numpy()).mean())
         tokens = batch * new
         log({"benchmark": "flat_decode_vs_transformers", "batch": batch,
              "prompt_len": prompt_len, "new_tokens": new, "greedy_token_match": match,
+             "unrolled_token_match": float((ru.tokens == out[:, prompt_len:].numpy()).mean()),
              "ours_tokens_per_s": round(tokens / t_ours, 1),
+             "unrolled_tokens_per_s": round(tokens / t_unrolled, 1),
              "transformers_tokens_per_s": round(tokens / t_hf, 1),
-             "speedup": round(t_hf / t_ours, 3), "ours_median_s": round(t_ours, 4),
+             "speedup": round(t_hf / t_ours, 3), "unrolled_speedup": round(t_hf / t_unrolled, 3),
+             "ours_median_s": round(t_ours, 4), "unrolled_median_s": round(t_unrolled, 4),
              "transformers_median_s": round(t_hf, 4), "ours_first_call_s": round(first, 3),
+             "unrolled_first_call_s": round(first_unrolled, 3),
              "repeats": repeats, "torch_threads": threads})
 
 

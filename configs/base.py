@@ -51,7 +51,8 @@ def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     # (a gs:// / s3:// one is downloaded once into $RLVR_CACHE, default ~/.cache/rlvr-jax)
     model.dtype = "float32"    # compute dtype: float32 | bfloat16 | float16
     model.param_dtype = "float32"  # parameter storage dtype
-    model.scan_layers = True   # lax.scan over layers (compile time independent of depth)
+    model.scan_layers = True   # lax.scan over layers (compile time independent of depth);
+    # False unrolls them, in training and in the sampler's decode (8-11% faster there on CPU)
     model.remat = "none"       # backward rematerialisation: none | full | dots
     # vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, mlp_dim,
     # rope_theta, rms_norm_eps, tie_embeddings, max_position_embeddings: None keeps the

@@ -26,6 +26,7 @@ from models.transformer import (
     apply,
     fuse_layers,
     hidden_states,
+    layer_list,
     logits_from_hidden,
     output_matrix,
     run_layers,
@@ -33,8 +34,8 @@ from models.transformer import (
 
 __all__ = [
     "CheckpointError", "ModelConfig", "PRESETS", "RopeScaling", "apply", "from_config_section",
-    "fuse_layers", "get_preset", "hidden_states", "init", "load_pretrained", "load_tokenizer",
-    "logits_from_hidden",
+    "fuse_layers", "get_preset", "hidden_states", "init", "layer_list", "load_pretrained",
+    "load_tokenizer", "logits_from_hidden",
     "output_matrix", "param_axes", "param_shapes", "param_specs", "read_config", "run_layers",
     "save_pretrained",
     "shared_prefix_hidden_states",

@@ -239,10 +239,37 @@ def new_kv(pool: tuple, rows_count: int) -> tuple:
 
 
 def store_step(tail: tuple, new: tuple, step) -> tuple:
-    """tail k [L, S, K, Dh, W] / v [L, S, K, W, Dh] column `step` = the step's new k, v."""
+    """tail k [L, S, K, Dh, W] / v [L, S, K, W, Dh] column `step` = the step's new k, v
+    [L, S, K, Dh]; a tail split by layer (`split_layers`) is written layer by layer."""
     at = jnp.int32(0)
+    if isinstance(tail[0], tuple):
+        return (tuple(jax.lax.dynamic_update_slice(k, new[0][i][..., None], (at, at, at, step))
+                      for i, k in enumerate(tail[0])),
+                tuple(jax.lax.dynamic_update_slice(v, new[1][i][:, :, None], (at, at, step, at))
+                      for i, v in enumerate(tail[1])))
     return (jax.lax.dynamic_update_slice(tail[0], new[0][..., None], (at, at, at, at, step)),
             jax.lax.dynamic_update_slice(tail[1], new[1][:, :, :, None], (at, at, at, step, at)))
+
+
+def split_layers(tail: tuple) -> tuple:
+    """A tail or view (k [L, S, ...], v [L, S, ...]) as one array per layer: (k_0 .. k_L-1),
+    (v_0 .. v_L-1), for unrolled layers. Under the layer scan each layer's block is a
+    dynamic slice of the stacked array, which XLA:CPU copies before the attention reads
+    it (a 6 MB copy per layer and step for a 64-row, 384-slot view of `tiny`); an array
+    per layer is read in place."""
+    return tuple(tuple(x) for x in tail)
+
+
+def stack_layers(tail: tuple) -> tuple:
+    """`split_layers` undone (a stacked tail passes through)."""
+    return tuple(jnp.stack(x) if isinstance(x, tuple) else x for x in tail)
+
+
+def take_rows(tail: tuple, src: jax.Array) -> tuple:
+    """The tail's rows `src` [S] (stacked [L, S, ..] or split by layer)."""
+    if isinstance(tail[0], tuple):
+        return jax.tree.map(lambda a: a[src], tail)
+    return tuple(x[:, src] for x in tail)
 
 
 def _pages_partial(q, pool, tables, mask, gathered):

@@ -117,7 +117,7 @@ def run_layers(config: ModelConfig, params: dict, tokens: jax.Array, positions: 
     threaded through the layers (the sampler's page pool). Layers run under
     `lax.scan` (layer index traced) when `scan` (default `config.scan_layers`),
     else unrolled (python int index). `params["layers"]` may be fused
-    (`fuse_layers`)."""
+    (`fuse_layers`), and when unrolled may be a list of per-layer trees (`layer_list`)."""
     constrain = sharding.constrain if sharding is not None else _no_constraint
     dtype = config.compute_dtype
     x = constrain(embed_tokens(params["embed"], tokens, sharding).astype(dtype),
@@ -139,8 +139,18 @@ def run_layers(config: ModelConfig, params: dict, tokens: jax.Array, positions: 
         (x, cache), _ = jax.lax.scan(body, (x, cache), (params["layers"], indices))
     else:
         for i in range(config.num_layers):
-            x, cache = layer(jax.tree.map(lambda a, i=i: a[i], params["layers"]), x, cache, i)
+            x, cache = layer(layer_list(params["layers"])[i], x, cache, i)
     return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps), cache
+
+
+def layer_list(stacked) -> list:
+    """The per-layer trees of a stacked [L, ...] layer tree (a list passes through). A
+    loop that runs the unrolled layers many times (the sampler's decode) slices them
+    once outside it: sliced inside, XLA:CPU copied each layer's weights every step."""
+    if isinstance(stacked, list):
+        return stacked
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(count)]
 
 
 def embed_tokens(table: jax.Array, tokens: jax.Array,

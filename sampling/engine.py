@@ -227,7 +227,8 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     `out.extra[name]` [S, steps] of dtype `columns[name]` (0 where not running).
 
     Each step runs the token through the one decoder (`models.run_layers`,
-    layers under `lax.scan`) with page attention
+    layers under `lax.scan`, or unrolled with `config.scan_layers` off: then the
+    tails are one array per layer, `paged_attention.split_layers`) with page attention
     (`models.paged_attention.decode_attend`): groups read their shared pages
     once, rows their earlier pages, and the call's tokens stay in a dense
     per-row tail that is written to `segment_tables` when the loop ends.
@@ -247,13 +248,13 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     pages = state.pages
     s = pages.row_group.shape[0]
     pad = jnp.int32(models_[0][0].pad_token_id or 0)
-    decoders = [(params if sharding is not None
-                  else dict(params, layers=models.fuse_layers(config, params["layers"])),
-                  models.output_matrix(config, params)) for config, params in models_]
+    decoders = [_decoder(config, params, sharding) for config, params in models_]
     out = empty_output(s, steps, pad, columns)
     pools = tuple((c.k, c.v) for c in caches)
     shards = shards_lib.of(sharding)
     attend_for, tails, before = _attention(caches, pools, pages, steps, attention, shards)
+    tails = tuple(t if config.scan_layers else paged_attention.split_layers(t)
+                  for (config, _), t in zip(models_, tails, strict=True))
     pools = shards_lib.constrain_pool(pools, shards)
     tails = shards_lib.constrain_pool(tails, shards)
     body = _decode_body(models_, decoders, pools, attend_for, pick,
@@ -272,10 +273,22 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     write = shards_lib.local(shards, paged_attention.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
     written = pages.segment_tables[:, 0] != 0 if fork else ~state.done
+    tails = tuple(paged_attention.stack_layers(t) for t in tails)
     caches = tuple(KVCache(*write(pool, (tail[0][..., before:], tail[1][:, :, :, before:]),
                                   pages, written))
                    for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
+
+
+def _decoder(config: ModelConfig, params: dict, sharding: ActivationSharding | None):
+    """(the layers' weights, the output matrix) of a decode: q|k|v and gate|up fused
+    without `sharding` (with it the weights are used where they are: fusing would move
+    shards); with `config.scan_layers` off, the layers sliced once, outside the loop."""
+    if sharding is None:
+        params = dict(params, layers=models.fuse_layers(config, params["layers"]))
+    if not config.scan_layers:
+        params = dict(params, layers=models.layer_list(params["layers"]))
+    return params, models.output_matrix(config, params)
 
 
 def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attention: str,
@@ -349,8 +362,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
             extra={k: _set_column(out.extra[k], values[k], i, active, 0) for k in out.extra})
         stepped = [models.run_layers(config, fused, token[:, None], (positions + i)[:, None],
                                      attend_for(i, pool, tail, own),
-                                     paged_attention.new_kv(pool, s), scan=True,
-                                     sharding=sharding)
+                                     paged_attention.new_kv(pool, s), sharding=sharding)
                    for (config, _), (fused, _), pool, tail
                    in zip(models_, decoders, pools, tails, strict=True)]
         stopped = active & jnp.isin(token, stops)
@@ -376,7 +388,7 @@ def _copy_rows(src: jax.Array, out: DecodeOutput, tails: tuple, own: jax.Array |
             out, tokens=take(out.tokens), logprobs=take(out.logprobs),
             raw_logprobs=take(out.raw_logprobs), num_tokens=take(out.num_tokens),
             finish=take(out.finish), extra={k: take(v) for k, v in out.extra.items()})
-        tails = tuple((k[:, src], v[:, src]) for k, v in tails)
+        tails = tuple(paged_attention.take_rows(t, src) for t in tails)
         return out, tails, None if own is None else take(own)
 
     moved = jnp.any(src != jnp.arange(src.shape[0], dtype=src.dtype))

@@ -95,10 +95,12 @@ def pool_axes(shards: Shards) -> tuple:
 
 
 def constrain_pool(tree, shards: Shards):
-    """A pool or tail tree of [L, P|S, K, ...] arrays constrained to `pool_axes`."""
+    """A pool or tail tree of [L, P|S, K, ...] arrays constrained to `pool_axes` (a tail
+    split by layer, [S, K, ...] arrays, to the axes after `layers`)."""
     if shards.sharding is None:
         return tree
-    return jax.tree.map(lambda a: shards.sharding.constrain(a, pool_axes(shards)), tree)
+    axes = pool_axes(shards)
+    return jax.tree.map(lambda a: shards.sharding.constrain(a, axes[len(axes) - a.ndim:]), tree)
 
 
 def assign(rows_per_prompt: Sequence[int], count: int) -> np.ndarray:
