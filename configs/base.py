@@ -52,7 +52,7 @@ def model_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     model.dtype = "float32"    # compute dtype: float32 | bfloat16 | float16
     model.param_dtype = "float32"  # parameter storage dtype
     model.scan_layers = True   # lax.scan over layers (compile time independent of depth);
-    # False unrolls them, the sampler's decode too (faster on long contexts: docs/sampling.md)
+    # False unrolls them, the sampler's decode too (faster or slower by shape: docs/sampling.md)
     model.remat = "none"       # backward rematerialisation: none | full | dots
     # vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, mlp_dim,
     # rope_theta, rms_norm_eps, tie_embeddings, max_position_embeddings: None keeps the
