@@ -138,8 +138,8 @@ def run_layers(config: ModelConfig, params: dict, tokens: jax.Array, positions: 
         indices = jnp.arange(config.num_layers, dtype=jnp.int32)
         (x, cache), _ = jax.lax.scan(body, (x, cache), (params["layers"], indices))
     else:
-        for i in range(config.num_layers):
-            x, cache = layer(layer_list(params["layers"])[i], x, cache, i)
+        for i, p in enumerate(layer_list(params["layers"])):
+            x, cache = layer(p, x, cache, i)
     return layers.rms_norm(x, params["final_norm"], config.rms_norm_eps), cache
 
 
