@@ -84,18 +84,17 @@ def bench_flat_vs_transformers(config, params, shapes, repeats, threads, log):
         ids = torch.tensor(prompts)
         sp = SamplingParams(temperature=0.0, max_new_tokens=new)
 
-        def ours(prompts=prompts, sp=sp, config=config):
-            return generate(config, params, prompts.tolist(), 1, sp, jax.random.key(0))
-
-        def unrolled(prompts=prompts, sp=sp, config=config.replace(scan_layers=False)):
-            return generate(config, params, prompts.tolist(), 1, sp, jax.random.key(0))
+        def ours_with(config, prompts=prompts, sp=sp):
+            return lambda: generate(config, params, prompts.tolist(), 1, sp, jax.random.key(0))
 
         def theirs(ids=ids, new=new):
             with torch.inference_mode():
                 return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
                                    min_new_tokens=new, do_sample=False, pad_token_id=0)
 
-        res = _alternate({"ours": ours, "unrolled": unrolled, "transformers": theirs}, repeats)
+        res = _alternate({"ours": ours_with(config),
+                          "unrolled": ours_with(config.replace(scan_layers=False)),
+                          "transformers": theirs}, repeats)
         (t_ours, ro, first), (t_hf, out, _) = res["ours"], res["transformers"]
         t_unrolled, ru, first_unrolled = res["unrolled"]
         match = float((ro.tokens == out[:, prompt_len:].numpy()).mean())

@@ -256,13 +256,20 @@ def split_layers(tail: tuple) -> tuple:
     (v_0 .. v_L-1), for unrolled layers. Under the layer scan each layer's block is a
     dynamic slice of the stacked array, which XLA:CPU copies before the attention reads
     it (a 6 MB copy per layer and step for a 64-row, 384-slot view of `tiny`); an array
-    per layer is read in place."""
+    per layer is read in place. `call_tokens` stacks the call's slots back."""
     return tuple(tuple(x) for x in tail)
 
 
-def stack_layers(tail: tuple) -> tuple:
-    """`split_layers` undone (a stacked tail passes through)."""
-    return tuple(jnp.stack(x) if isinstance(x, tuple) else x for x in tail)
+def call_tokens(tail: tuple, before) -> tuple:
+    """The call's tokens of a tail or view, its slots from `before` on, stacked by layer:
+    k [L, S, K, Dh, steps], v [L, S, K, steps, Dh] (`write_tail`'s input), from a stacked
+    tail or one split by layer (sliced before stacking: a view's earlier slots are not
+    copied)."""
+    k, v = tail
+    if isinstance(k, tuple):
+        return (jnp.stack([x[..., before:] for x in k]),
+                jnp.stack([x[:, :, before:] for x in v]))
+    return k[..., before:], v[:, :, :, before:]
 
 
 def take_rows(tail: tuple, src: jax.Array) -> tuple:

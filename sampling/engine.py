@@ -196,15 +196,21 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: RowState, 
     Returns (DecodeOutput, final hidden states [S, D], cache); see `decode_loop`.
     """
     TRACE_COUNTS["decode"] += 1
-
-    def pick(logits, key, extra, active, ids):
-        return *processors.sample(logits[0], key, sampling, ids), {}, extra
-
     state = dataclasses.replace(state, hidden=(state.hidden,))
     out, (hidden,), (cache,), _ = decode_loop(((config, params),), (cache,), state, rng, call,
-                                               limit, steps, stop_ids, pick,
+                                               limit, steps, stop_ids, policy_pick(sampling),
                                                attention=attention, sharding=sharding)
     return out, hidden, cache
+
+
+def policy_pick(sampling: SamplingParams) -> Callable:
+    """`decode_loop`'s `pick` of plain sampling: the first model's (the policy's) logits
+    drawn under `sampling`, no recorded values, `extra` unchanged."""
+    def pick(logits, key, extra, active, ids):
+        del active
+        return *processors.sample(logits[0], key, sampling, ids), {}, extra
+
+    return pick
 
 
 _decode_program = jit_decode(_decode, static_argnums=(0, 7, 8, 9, 10, 11), donate_argnums=(2,))
@@ -273,9 +279,8 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     write = shards_lib.local(shards, paged_attention.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
     written = pages.segment_tables[:, 0] != 0 if fork else ~state.done
-    tails = tuple(paged_attention.stack_layers(t) for t in tails)
-    caches = tuple(KVCache(*write(pool, (tail[0][..., before:], tail[1][:, :, :, before:]),
-                                  pages, written))
+    caches = tuple(KVCache(*write(pool, paged_attention.call_tokens(tail, before), pages,
+                                  written))
                    for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
 

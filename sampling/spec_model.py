@@ -84,13 +84,9 @@ def _plain(config: ModelConfig, draft_config: ModelConfig, params: dict, draft_p
     (the same keys, so the same tokens as a plain call), both caches get the keys.
     `state.hidden` and `caches` are (policy, drafter) -> (out, hidden, caches)."""
     engine.TRACE_COUNTS["spec_plain_decode"] += 1
-
-    def pick(logits, key, extra, active, ids):
-        return *processors.sample(logits[0], key, sampling, ids), {}, extra
-
     out, hidden, caches, _ = engine.decode_loop(
         ((config, params), (draft_config, draft_params)), caches, state, rng, call, limit,
-        steps, stop_ids, pick, sharding=sharding)
+        steps, stop_ids, engine.policy_pick(sampling), sharding=sharding)
     return out, hidden, caches
 
 
