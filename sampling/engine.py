@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import paged_attention, pallas_attention
+from models import decode_tails, paged_attention, pallas_attention
 from models.config import ModelConfig
 from models.paged_attention import PageRows
 from models.sharding import ActivationSharding
@@ -234,7 +234,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
 
     Each step runs the token through the one decoder (`models.run_layers`,
     layers under `lax.scan`, or unrolled with `config.scan_layers` off: then the
-    tails are one array per layer, `paged_attention.split_layers`) with page attention
+    tails are one array per layer, `decode_tails.split_layers`) with page attention
     (`models.paged_attention.decode_attend`): groups read their shared pages
     once, rows their earlier pages, and the call's tokens stay in a dense
     per-row tail that is written to `segment_tables` when the loop ends.
@@ -259,7 +259,7 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     pools = tuple((c.k, c.v) for c in caches)
     shards = shards_lib.of(sharding)
     attend_for, tails, before = _attention(caches, pools, pages, steps, attention, shards)
-    tails = tuple(t if config.scan_layers else paged_attention.split_layers(t)
+    tails = tuple(t if config.scan_layers else decode_tails.split_layers(t)
                   for (config, _), t in zip(models_, tails, strict=True))
     pools = shards_lib.constrain_pool(pools, shards)
     tails = shards_lib.constrain_pool(tails, shards)
@@ -276,10 +276,10 @@ def decode_loop(models_: tuple, caches: tuple, state: RowState, rng: jax.Array,
     carry = (jnp.int32(0), state.hidden, state.done, out, extra, tails, pages.own_tables)
     _, hiddens, _, out, extra, tails, _ = jax.lax.while_loop(cond, body, carry)
     # the call's tokens go to their pages (the dense views' last `steps` columns)
-    write = shards_lib.local(shards, paged_attention.write_tail,
+    write = shards_lib.local(shards, decode_tails.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
     written = pages.segment_tables[:, 0] != 0 if fork else ~state.done
-    caches = tuple(KVCache(*write(pool, paged_attention.call_tokens(tail, before), pages,
+    caches = tuple(KVCache(*write(pool, decode_tails.call_tokens(tail, before), pages,
                                   written))
                    for pool, tail in zip(pools, tails, strict=True))
     return out, hiddens, caches, extra
@@ -309,7 +309,7 @@ def _attention(caches: tuple, pools: tuple, pages: PageRows, steps: int, attenti
     if pages.group_rows.shape[1] == 1:
         attention = "dense_view"
     if attention != "dense_view":  # the call's own tokens: [L, S, K, Dh, steps] / [.., Dh]
-        tails = tuple(paged_attention.init_tail(pool, pages) for pool in pools)
+        tails = tuple(decode_tails.init_tail(pool, pages) for pool in pools)
         # (rows, step, the layer's pool [P, ..], its tail [S, ..], q, k, v) -> out [S, ..]
         layer = shards_lib.local(shards, paged_attention.decode_attention,
                                  ("rows", "whole", "rows", "rows", "rows", "rows", "rows"),
@@ -375,7 +375,7 @@ def _decode_body(models_: tuple, decoders: list, pools: tuple, attend_for: Calla
         hiddens = tuple(jnp.where(active[:, None], new_hidden[:, 0], hidden)
                         for (new_hidden, _), hidden in zip(stepped, hiddens, strict=True))
         tails = shards_lib.constrain_pool(
-            tuple(paged_attention.store_step(tail, new, before + i)
+            tuple(decode_tails.store_step(tail, new, before + i)
                   for (_, new), tail in zip(stepped, tails, strict=True)), shards)
         return i + 1, hiddens, done | stopped, out, extra, tails, own
 
@@ -393,7 +393,7 @@ def _copy_rows(src: jax.Array, out: DecodeOutput, tails: tuple, own: jax.Array |
             out, tokens=take(out.tokens), logprobs=take(out.logprobs),
             raw_logprobs=take(out.raw_logprobs), num_tokens=take(out.num_tokens),
             finish=take(out.finish), extra={k: take(v) for k, v in out.extra.items()})
-        tails = tuple(paged_attention.take_rows(t, src) for t in tails)
+        tails = tuple(decode_tails.take_rows(t, src) for t in tails)
         return out, tails, None if own is None else take(own)
 
     moved = jnp.any(src != jnp.arange(src.shape[0], dtype=src.dtype))

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 import models
-from models import chunk_attention, paged_attention
+from models import chunk_attention, decode_tails
 from models.config import ModelConfig
 from models.sharding import ActivationSharding
 from sampling import engine, processors, spec_model, speculative
@@ -244,7 +244,7 @@ def _decode(config: ModelConfig, params: dict, cache: KVCache, state: engine.Row
     tail_pages = -(-(steps + spec.draft_len + 1) // cache.page_size)
     tail_rows = dataclasses.replace(pages, segment_tables=jnp.zeros((s, tail_pages), jnp.int32))
     pools = [(cache.k, cache.v)] + ([] if draft_cache is None else [(draft_cache.k, draft_cache.v)])
-    tails = [shards_lib.constrain_pool(paged_attention.init_tail(p, tail_rows),
+    tails = [shards_lib.constrain_pool(decode_tails.init_tail(p, tail_rows),
                                        shards_lib.of(sharding)) for p in pools]
     forwards = [lambda c, d, t, chunk, start, pool=pool: _forward(
         c, d, pages, pool, t, chunk, start, state.positions, sharding) for pool in pools]
@@ -302,7 +302,7 @@ def _finish(models_: list, forwards: list, pools: list, tails: tuple, pages, y, 
     the call)] (its keys to the pages, its hidden state out; rows that emitted nothing keep
     theirs) and each tail written to the call's pages where `written` [S]
     -> (hidden per model, KVCache per model)."""
-    write = shards_lib.local(shards_lib.of(sharding), paged_attention.write_tail,
+    write = shards_lib.local(shards_lib.of(sharding), decode_tails.write_tail,
                              ("pool", "pool", "rows", "rows"), "pool")
     hiddens, caches = [], []
     for (c, decoder, before), forward, pool, tail in zip(models_, forwards, pools, tails,

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import chunk_attention, paged_attention, pallas_attention
+from models import chunk_attention, decode_tails, paged_attention, pallas_attention
 from sampling import engine
 
 PS, K, Q, DH, LAYERS = 4, 2, 3, 8, 2
@@ -109,7 +109,7 @@ def test_decode_attend_equals_a_softmax_over_the_whole_context(group_sizes, shar
     np.testing.assert_allclose(np.asarray(out)[:, 0], expected, rtol=2e-5, atol=2e-5)
     np.testing.assert_array_equal(np.asarray(new[0])[layer], k[:, 0])
     np.testing.assert_array_equal(np.asarray(new[1])[layer], v[:, 0])
-    tail_k, tail_v = map(np.asarray, paged_attention.store_step((tail_k, tail_v), new, step))
+    tail_k, tail_v = map(np.asarray, decode_tails.store_step((tail_k, tail_v), new, step))
     np.testing.assert_array_equal(tail_k[layer, :, :, :, step], k[:, 0])
     np.testing.assert_array_equal(tail_v[layer, :, :, step], v[:, 0])
 
@@ -145,7 +145,7 @@ def test_write_tail_stores_the_call_in_its_pages_and_inactive_rows_in_the_null_p
     (pool_k, pool_v, tail_k, tail_v), rows, *_ = _case(rng, [2, 2], 2, 1, 2, 0)
     pool_k, pool_v = jnp.asarray(pool_k), jnp.asarray(pool_v)
     active = np.array([True, False, True, True])
-    new_k, new_v = map(np.asarray, paged_attention.write_tail(
+    new_k, new_v = map(np.asarray, decode_tails.write_tail(
         (pool_k, pool_v), (tail_k, tail_v), jax.tree.map(jnp.asarray, rows), active))
     for r in np.flatnonzero(active):
         for j, page in enumerate(rows.segment_tables[r]):

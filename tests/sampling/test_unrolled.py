@@ -1,5 +1,5 @@
 """The decode with the layers unrolled (`scan_layers=False`: one tail array per layer,
-`paged_attention.split_layers`) draws what the scanned decode draws: flat (page
+`models.decode_tails.split_layers`) draws what the scanned decode draws: flat (page
 attention and the dense view), tree, LATR's row copies, a drafter that scans beside a
 policy that does not, and on a mesh."""
 
@@ -57,7 +57,7 @@ def test_flat_and_tree_decodes_equal_the_scanned_ones(tiny, samples):
 
 
 def test_latr_row_copies_equal_the_scanned_ones(tiny):
-    """LATR's branches copy rows within a call (`paged_attention.take_rows` on a tail
+    """LATR's branches copy rows within a call (`models.decode_tails.take_rows` on a tail
     split by layer); a final-norm gain of 6 peaks the random model's distributions so the
     authors' thresholds branch some steps (tests/sampling/test_latr.py)."""
     config, params = tiny
